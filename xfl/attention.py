@@ -1,0 +1,183 @@
+"""Scaled dot-product attention and multi-head attention (chapters 1-3).
+
+One implementation serves self-attention, cross-attention, the causal decoder, the
+Vision Transformer and the pixel-attention block. Masks follow PyTorch's boolean
+convention: ``True`` means "this query may attend to this key".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+# --------------------------------------------------------------------------- masks
+def causal_mask(length: int, device=None) -> Tensor:
+    """``(L, L)`` bool mask, True on and below the diagonal: position i sees 0..i."""
+    if not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be a positive int, got {length!r}")
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
+
+
+def padding_mask(lengths: Tensor | Sequence[int], length: int) -> Tensor:
+    """``(B, L)`` bool mask, True for the first ``lengths[b]`` (real) tokens of row b."""
+    lengths = torch.as_tensor(lengths)
+    if lengths.ndim != 1 or lengths.is_floating_point():
+        raise ValueError(f"lengths must be a 1-D integer sequence, got shape {tuple(lengths.shape)} "
+                         f"and dtype {lengths.dtype}")
+    if not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be a positive int, got {length!r}")
+    if lengths.numel() and (lengths.min() < 0 or lengths.max() > length):
+        raise ValueError(f"lengths must lie in [0, {length}], got {lengths.tolist()}")
+    positions = torch.arange(length, device=lengths.device)  # (L,)
+    return positions[None, :] < lengths[:, None]  # (B, L)
+
+
+def check_mask(mask: Tensor, target_shape: Sequence[int], what: str = "mask") -> None:
+    """Raise ValueError unless ``mask`` is bool and broadcasts to ``target_shape``."""
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        dtype = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"{what} must be a bool tensor (True = may attend), got {dtype}")
+    target = tuple(target_shape)
+    try:
+        fits = torch.broadcast_shapes(tuple(mask.shape), target) == target
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{what} of shape {tuple(mask.shape)} does not broadcast to {target}")
+
+
+# ----------------------------------------------------------------------- attention
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k need the same feature size, got {q.shape[-1]} and {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v need the same length, got {k.shape[-2]} and {v.shape[-2]}")
+    if q.ndim < 2 or q.ndim != k.ndim or k.ndim != v.ndim:
+        raise ValueError(f"q, k, v need the same rank >= 2, got shapes "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+
+
+def _safe_mask(mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Open fully masked rows (so softmax stays finite) and say which rows have a key."""
+    has_key = mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
+    return mask | ~has_key, has_key
+
+
+def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tensor:
+    """softmax(q kᵀ / √d) over the keys: ``(..., Lq, d), (..., Lk, d) -> (..., Lq, Lk)``."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Lq, Lk)
+    if mask is None:
+        return scores.softmax(dim=-1)
+    open_mask, has_key = _safe_mask(mask)
+    weights = scores.masked_fill(~open_mask, float("-inf")).softmax(dim=-1)
+    return weights * has_key  # rows with no allowed key become zeros
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
+                                 return_weights: bool = False, dropout_p: float = 0.0):
+    """Attention(Q, K, V) = softmax(Q Kᵀ / √d) V.
+
+    q ``(..., Lq, d)``, k ``(..., Lk, d)``, v ``(..., Lk, dv)``; ``mask`` is bool and
+    broadcasts to ``(..., Lq, Lk)``, True = may attend. Returns ``(..., Lq, dv)``, plus the
+    weights ``(..., Lq, Lk)`` when ``return_weights``. A query with no allowed key gets zeros.
+    Without weights PyTorch's fused kernel runs; with them, the explicit path (same function).
+    """
+    _check_qkv(q, k, v)
+    if mask is not None:
+        check_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+    if return_weights:
+        weights = attention_weights(q, k, mask)
+        if dropout_p > 0:
+            weights = F.dropout(weights, dropout_p)
+        return weights @ v, weights  # (..., Lq, dv), (..., Lq, Lk)
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    open_mask, has_key = _safe_mask(mask)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=open_mask, dropout_p=dropout_p)
+    return out * has_key
+
+
+# ------------------------------------------------------------- multi-head attention
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with batched heads and an output projection (chapter 2).
+
+    ``forward(query, key=None, value=None, mask=None, need_weights=False)``: query
+    ``(B, Lq, D)``; key/value ``(B, Lk, D)`` for cross-attention, None for self-attention.
+    ``mask`` is bool, broadcastable to ``(B, heads, Lq, Lk)``. Returns ``(B, Lq, D)``, and the
+    weights ``(B, heads, Lq, Lk)`` when ``need_weights``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        self.d_model, self.num_heads, self.dropout = d_model, num_heads, dropout
+        self.head_dim = d_model // num_heads
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V]
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """``(B, L, D) -> (B, heads, L, D/heads)``."""
+        B, L, _ = x.shape
+        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)
+
+    @staticmethod
+    def merge_heads(x: Tensor) -> Tensor:
+        """``(B, heads, L, d_head) -> (B, L, heads * d_head)``."""
+        B, H, L, d_head = x.shape
+        return x.transpose(1, 2).reshape(B, L, H * d_head)
+
+    def project(self, query: Tensor, key: Tensor | None, value: Tensor | None):
+        """Q, K, V projections, each ``(B, L, D)``; one matmul for self-attention."""
+        if key is None and value is None:
+            return self.in_proj(query).chunk(3, dim=-1)
+        key = query if key is None else key
+        value = key if value is None else value
+        weights = self.in_proj.weight.chunk(3, dim=0)
+        biases = self.in_proj.bias.chunk(3) if self.in_proj.bias is not None else (None,) * 3
+        return tuple(F.linear(x, w, b) for x, w, b in zip((query, key, value), weights, biases))
+
+    def _check_inputs(self, query, key, value):
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x is not None and (x.ndim != 3 or x.shape[-1] != self.d_model):
+                raise ValueError(f"{name} must be (B, L, {self.d_model}), got {tuple(x.shape)}")
+        if key is not None and value is not None and key.shape[:2] != value.shape[:2]:
+            raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} need the same (B, Lk)")
+        other = key if key is not None else value
+        if other is not None and other.shape[0] != query.shape[0]:
+            raise ValueError(f"query batch {query.shape[0]} != key/value batch {other.shape[0]}")
+
+    def forward(self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None,
+                mask: Tensor | None = None, need_weights: bool = False):
+        self._check_inputs(query, key, value)
+        q, k, v = (self.split_heads(x) for x in self.project(query, key, value))  # (B, h, L, d_h)
+        if mask is not None:
+            check_mask(mask, (q.shape[0], self.num_heads, q.shape[2], k.shape[2]))
+        p = self.dropout if self.training else 0.0
+        result = scaled_dot_product_attention(q, k, v, mask, return_weights=need_weights, dropout_p=p)
+        out, weights = result if need_weights else (result, None)
+        out = self.out_proj(self.merge_heads(out))  # (B, Lq, D)
+        return (out, weights) if need_weights else out
+
+    @classmethod
+    def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """A MultiHeadAttention with the weights of ``torch.nn.MultiheadAttention`` ``m``."""
+        if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
+            raise ValueError("from_torch supports nn.MultiheadAttention with kdim = vdim = embed_dim, "
+                             "no bias_k/bias_v and add_zero_attn=False")
+        bias = m.in_proj_bias is not None
+        mine = cls(m.embed_dim, m.num_heads, dropout=m.dropout, bias=bias)
+        with torch.no_grad():
+            mine.in_proj.weight.copy_(m.in_proj_weight)
+            mine.out_proj.weight.copy_(m.out_proj.weight)
+            if bias:
+                mine.in_proj.bias.copy_(m.in_proj_bias)
+                mine.out_proj.bias.copy_(m.out_proj.bias)
+        return mine.to(m.in_proj_weight.device)

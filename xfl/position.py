@@ -1,0 +1,47 @@
+"""Sinusoidal positional encoding (chapter 4), as in Vaswani et al. (2017), section 3.5.
+
+PE[pos, 2i] = sin(pos / base^(2i/d)),  PE[pos, 2i+1] = cos(pos / base^(2i/d)).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _check_positive_int(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def frequencies(d_model: int, base: float = 10000.0) -> Tensor:
+    """The angular frequencies 1 / base^(2i/d), one per sin/cos pair: ``(ceil(d/2),)``."""
+    _check_positive_int("d_model", d_model)
+    if not base > 1:
+        raise ValueError(f"base must be > 1, got {base!r}")
+    even_dims = torch.arange(0, d_model, 2, dtype=torch.float32)  # 2i
+    return base ** (-even_dims / d_model)
+
+
+def sinusoidal_encoding(length: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """``(length, d_model)`` float32 table: sin in even columns, cos in odd columns."""
+    _check_positive_int("length", length)
+    omega = frequencies(d_model, base)  # (ceil(d/2),)
+    angles = torch.arange(length, dtype=torch.float32)[:, None] * omega  # (length, ceil(d/2))
+    pe = torch.empty(length, d_model)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return pe
+
+
+def offset_rotation(k: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """The ``(d_model, d_model)`` matrix M_k with PE(pos + k) = M_k @ PE(pos) for every pos.
+
+    It is block-diagonal: one 2x2 rotation by angle k·ω_i per (sin, cos) pair. Needs even d.
+    """
+    if d_model % 2:
+        raise ValueError(f"offset_rotation needs an even d_model, got {d_model}")
+    theta = k * frequencies(d_model, base).double()  # (d/2,)
+    c, s = torch.cos(theta), torch.sin(theta)
+    blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # (d/2, 2, 2)
+    return torch.block_diag(*blocks).float()
