@@ -1,0 +1,246 @@
+"""Text pipeline for the translation chapters: normalize, tokenize, vocabularies, splits, batches.
+
+Public API
+----------
+``normalize(text)``            NFC, lower case, one space between words; keeps accents, ¿ and ¡.
+``tokenize(text)``             normalized word and punctuation tokens (``[]`` for an empty text).
+``detokenize(tokens)``         tokens -> readable text; ``tokenize(detokenize(t)) == t``.
+``Vocab``                      token <-> id with ``PAD=0, UNK=1, SOS=2, EOS=3``; ``Vocab.build``
+                               applies a minimum-frequency cut; ``encode``/``decode`` round-trip.
+``filter_by_length(pairs, max_len)``   keep pairs with 1..max_len tokens on both sides.
+``split_by_english(pairs, ...)``       seeded train/valid/test split by English sentence.
+``group_references(pairs)``    ``[(english, [all its Spanish translations]), ...]`` for BLEU.
+``encode_pairs``, ``pad_batch``, ``Batch``, ``iterate_batches``   ids, padding, lengths, masks.
+
+Empty text: ``tokenize`` returns ``[]``, ``filter_by_length`` drops such pairs (they have fewer
+than one token), ``load_pairs`` never returns them, and ``Vocab.encode`` refuses an empty
+token list with a ValueError. Explained in the book's page "The datasets"
+(chapters/ch00_data/datasets.md).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from xfl.attention import padding_mask
+
+PAD, UNK, SOS, EOS = 0, 1, 2, 3
+SPECIALS = ("<pad>", "<unk>", "<sos>", "<eos>")
+
+# A word is letters/digits, possibly joined by apostrophes (don't, l'homme); every other
+# non-space character is a token of its own (¿ ¡ . , ! ? " - ...).
+_TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
+# Invisible format characters (soft hyphen, zero-width joiners, direction marks, BOM);
+# a zero-width space (U+200B) becomes a space instead.
+_INVISIBLE = re.compile("[\u00ad\u200c-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+_NO_SPACE_BEFORE = {".", ",", "!", "?", ";", ":", ")", "»", "%", "…"}
+_NO_SPACE_AFTER = {"¿", "¡", "(", "«", "$"}
+
+
+# ------------------------------------------------------------------ normalize
+def normalize(text: str) -> str:
+    """NFC, lower case, invisible format characters removed, whitespace collapsed.
+
+    ``str.lower`` (not ``casefold``) keeps ß and every accent: ``"¿ÉL?" -> "¿él?"``."""
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    text = unicodedata.normalize("NFC", text.lower())
+    text = _INVISIBLE.sub("", text.replace("\u200b", " "))
+    return " ".join(text.split())
+
+
+def tokenize(text: str) -> list[str]:
+    """Normalized tokens: ``"¿Qué hora es?" -> ['¿', 'qué', 'hora', 'es', '?']``."""
+    return _TOKEN.findall(normalize(text))
+
+
+def detokenize(tokens: Sequence[str]) -> str:
+    """Join tokens into text: no space before ``. , ? !``, none after ``¿ ¡``, hyphens
+    joined, straight double quotes alternately opening and closing."""
+    out, glue_next, open_quote = "", True, False
+    for token in tokens:
+        glue = glue_next or token in _NO_SPACE_BEFORE or token == "-"
+        if token == '"':
+            glue, open_quote = glue or open_quote, not open_quote
+            glue_next = open_quote
+        else:
+            glue_next = token in _NO_SPACE_AFTER or token == "-"
+        out += token if glue else " " + token
+    return out
+
+
+# ---------------------------------------------------------------------- vocab
+class Vocab:
+    """Token <-> id map; ids 0..3 are ``<pad> <unk> <sos> <eos>``.
+
+    >>> v = Vocab.build([["hola", "."], ["hola"]], min_freq=2)
+    >>> v.encode(["hola", "mundo"])   # [SOS, hola, UNK, EOS]
+    [2, 4, 1, 3]
+    """
+
+    def __init__(self, itos: Sequence[str]):
+        if tuple(itos[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"a vocabulary must start with {SPECIALS}, got {tuple(itos[:4])}")
+        if len(set(itos)) != len(itos):
+            raise ValueError("vocabulary tokens must be unique")
+        self.itos = list(itos)
+        self.stoi = {token: i for i, token in enumerate(self.itos)}
+
+    @classmethod
+    def build(cls, sentences: Iterable[Sequence[str]], min_freq: int = 2,
+              max_size: int | None = None) -> "Vocab":
+        """Vocabulary of tokens seen at least ``min_freq`` times, most frequent first
+        (ties alphabetical, so the result does not depend on input order)."""
+        if not isinstance(min_freq, int) or min_freq < 1:
+            raise ValueError(f"min_freq must be an int >= 1, got {min_freq!r}")
+        counts = Counter(token for sentence in sentences for token in sentence)
+        kept = sorted((t for t, n in counts.items() if n >= min_freq and t not in SPECIALS),
+                      key=lambda t: (-counts[t], t))
+        return cls(list(SPECIALS) + kept[:max_size])
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, token: str) -> bool:
+        return token in self.stoi
+
+    def encode(self, tokens: Sequence[str], add_sos_eos: bool = True) -> list[int]:
+        """Token ids, unknown tokens -> UNK, wrapped in SOS ... EOS by default."""
+        if len(tokens) == 0:
+            raise ValueError("cannot encode an empty sentence (no tokens); filter it out first "
+                             "with filter_by_length")
+        ids = [self.stoi.get(token, UNK) for token in tokens]
+        return [SOS, *ids, EOS] if add_sos_eos else ids
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        """Tokens up to the first EOS, with PAD and SOS dropped."""
+        tokens = []
+        for i in (int(i) for i in ids):
+            if i == EOS:
+                break
+            if not 0 <= i < len(self.itos):
+                raise ValueError(f"id {i} is outside the vocabulary [0, {len(self.itos)})")
+            if i not in (PAD, SOS):
+                tokens.append(self.itos[i])
+        return tokens
+
+    def encode_text(self, text: str) -> list[int]:
+        """``encode(tokenize(text))``."""
+        return self.encode(tokenize(text))
+
+    def decode_text(self, ids: Iterable[int]) -> str:
+        """``detokenize(decode(ids))``."""
+        return detokenize(self.decode(ids))
+
+
+# -------------------------------------------------------------- filter, split
+Pair = tuple[str, str]
+
+
+def filter_by_length(pairs: Iterable[Pair], max_len: int) -> list[Pair]:
+    """Pairs whose English and Spanish both have 1..max_len tokens (empty ones dropped)."""
+    if not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+    return [(en, es) for en, es in pairs
+            if 1 <= len(tokenize(en)) <= max_len and 1 <= len(tokenize(es)) <= max_len]
+
+
+@dataclass
+class Split:
+    """Pairs of each part; an English sentence (after ``normalize``) lies in one part only."""
+
+    train: list[Pair]
+    valid: list[Pair]
+    test: list[Pair]
+
+
+def split_by_english(pairs: Sequence[Pair], test_fraction: float = 0.1,
+                     valid_fraction: float = 0.0, seed: int = 0) -> Split:
+    """Seeded split of the distinct English sentences; every pair follows its English
+    sentence, so a test sentence keeps all of its Spanish translations. The result
+    depends on the seed and the set of pairs, not on their order."""
+    if not (0 <= test_fraction < 1 and 0 <= valid_fraction < 1
+            and test_fraction + valid_fraction < 1):
+        raise ValueError(f"fractions must be in [0, 1) with a sum < 1, got "
+                         f"test={test_fraction}, valid={valid_fraction}")
+    keys = [normalize(en) for en, _ in pairs]
+    english = sorted(set(keys))
+    random.Random(seed).shuffle(english)
+    n_test, n_valid = round(test_fraction * len(english)), round(valid_fraction * len(english))
+    part = {en: "test" for en in english[:n_test]}
+    part.update({en: "valid" for en in english[n_test:n_test + n_valid]})
+    split = Split(train=[], valid=[], test=[])
+    for key, pair in zip(keys, pairs):
+        getattr(split, part.get(key, "train")).append(tuple(pair))
+    return split
+
+
+def group_references(pairs: Iterable[Pair]) -> list[tuple[str, list[str]]]:
+    """``[(english, [spanish, ...]), ...]``: every translation of each English sentence
+    (grouped after ``normalize``), in first-seen order, for multi-reference BLEU."""
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for en, es in pairs:
+        groups.setdefault(normalize(en), (en, []))[1].append(es)
+    return list(groups.values())
+
+
+# -------------------------------------------------------------------- batches
+def encode_pairs(pairs: Iterable[Pair], src_vocab: Vocab, tgt_vocab: Vocab
+                 ) -> list[tuple[list[int], list[int]]]:
+    """Each ``(english, spanish)`` -> ``(src ids, tgt ids)``, both wrapped in SOS ... EOS."""
+    return [(src_vocab.encode_text(en), tgt_vocab.encode_text(es)) for en, es in pairs]
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int = PAD,
+              device=None) -> tuple[Tensor, Tensor]:
+    """``B`` id lists -> ids ``(B, L)`` (padded with ``pad_id``, L = longest) and lengths ``(B,)``."""
+    if len(sequences) == 0 or any(len(s) == 0 for s in sequences):
+        raise ValueError("pad_batch needs at least one sequence and no empty sequences")
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+    ids = torch.full((len(sequences), int(lengths.max())), pad_id, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+    return ids.to(device), lengths.to(device)
+
+
+@dataclass
+class Batch:
+    """A padded batch: ``src (B, Ls)``, ``tgt (B, Lt)`` and their lengths ``(B,)``."""
+
+    src: Tensor
+    src_lengths: Tensor
+    tgt: Tensor
+    tgt_lengths: Tensor
+
+    @property
+    def src_mask(self) -> Tensor:
+        """``(B, Ls)`` bool, True on real source tokens."""
+        return padding_mask(self.src_lengths, self.src.shape[1])
+
+    @property
+    def tgt_mask(self) -> Tensor:
+        """``(B, Lt)`` bool, True on real target tokens."""
+        return padding_mask(self.tgt_lengths, self.tgt.shape[1])
+
+
+def iterate_batches(encoded: Sequence[tuple[list[int], list[int]]], batch_size: int, *,
+                    shuffle: bool = True, seed: int = 0, device=None) -> Iterator[Batch]:
+    """Padded ``Batch`` es of ``encoded`` pairs, in a seeded random order when ``shuffle``."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    order = list(range(len(encoded)))
+    if shuffle:
+        random.Random(seed).shuffle(order)
+    for start in range(0, len(order), batch_size):
+        chunk = [encoded[i] for i in order[start:start + batch_size]]
+        src, src_lengths = pad_batch([s for s, _ in chunk], device=device)
+        tgt, tgt_lengths = pad_batch([t for _, t in chunk], device=device)
+        yield Batch(src, src_lengths, tgt, tgt_lengths)
