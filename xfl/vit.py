@@ -1,0 +1,131 @@
+"""The Vision Transformer (chapter 7, ``chapters/ch07_vit/vision_transformer``).
+
+An image becomes a sequence: cut it into ``P x P`` patches, project each patch to
+``d_model``, prepend a learned class token, add learned positional embeddings, run the
+Pre-LN encoder of :mod:`xfl.blocks`, classify from the class token (Dosovitskiy et al., 2021).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .blocks import TransformerStack
+
+
+def _check_images(images: Tensor, patch_size: int) -> None:
+    if not isinstance(patch_size, int) or patch_size < 1:
+        raise ValueError(f"patch_size must be a positive int, got {patch_size!r}")
+    if not isinstance(images, Tensor) or images.ndim != 4:
+        shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise ValueError(f"images must be a 4-D tensor (B, C, H, W), got {shape}")
+    H, W = images.shape[-2:]
+    if H % patch_size or W % patch_size:
+        raise ValueError(f"image size {H}x{W} is not divisible by patch_size={patch_size}")
+
+
+def patchify(images: Tensor, patch_size: int) -> Tensor:
+    """``(B, C, H, W) -> (B, N, C*P*P)`` with ``N = (H/P)(W/P)``.
+
+    Patches come in row-major order (left to right, then top to bottom); each patch is
+    flattened in the order of a Conv2d kernel ``(C, P, P)``. Same as
+    ``F.unfold(images, P, stride=P).transpose(1, 2)``.
+    """
+    _check_images(images, patch_size)
+    B, C, H, W = images.shape
+    P = patch_size
+    x = images.reshape(B, C, H // P, P, W // P, P)  # (B, C, rows, P, cols, P)
+    x = x.permute(0, 2, 4, 1, 3, 5)  # (B, rows, cols, C, P, P): the permute DLStudio skips
+    return x.reshape(B, (H // P) * (W // P), C * P * P)
+
+
+def unpatchify(patches: Tensor, patch_size: int, image_size: tuple[int, int]) -> Tensor:
+    """Inverse of :func:`patchify`: ``(B, N, C*P*P) -> (B, C, H, W)``."""
+    B, N, CPP = patches.shape
+    P, (H, W) = patch_size, image_size
+    C = CPP // (P * P)
+    if C * P * P != CPP or N != (H // P) * (W // P):
+        raise ValueError(f"patches {tuple(patches.shape)} do not fit P={P} and image {H}x{W}")
+    x = patches.reshape(B, H // P, W // P, C, P, P).permute(0, 3, 1, 4, 2, 5)
+    return x.reshape(B, C, H, W)
+
+
+class PatchEmbedding(nn.Module):
+    """``(B, C, H, W) -> (B, N, D)``: a Conv2d with kernel = stride = P, i.e. one Linear
+    applied to every :func:`patchify` patch (the two share weights, see :meth:`as_linear`)."""
+
+    def __init__(self, patch_size: int, in_channels: int, d_model: int):
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(in_channels, d_model, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, images: Tensor) -> Tensor:
+        _check_images(images, self.patch_size)
+        return self.proj(images).flatten(2).transpose(1, 2)  # (B, D, rows, cols) -> (B, N, D)
+
+    def as_linear(self) -> nn.Linear:
+        """The ``nn.Linear(C*P*P, D)`` that maps patchify(images) to the same embeddings."""
+        D = self.proj.out_channels
+        linear = nn.Linear(self.proj.weight[0].numel(), D).to(self.proj.weight)
+        with torch.no_grad():
+            linear.weight.copy_(self.proj.weight.reshape(D, -1))
+            linear.bias.copy_(self.proj.bias)
+        return linear
+
+
+class ViT(nn.Module):
+    """Vision Transformer classifier: ``(B, C, H, W)`` images -> ``(B, num_classes)`` logits.
+
+    Every learned piece (patch projection, class token, positional embeddings) is a
+    registered parameter, so ``model.parameters()`` hands all of them to the optimizer.
+    """
+
+    def __init__(self, image_size: int = 32, patch_size: int = 4, in_channels: int = 3,
+                 num_classes: int = 10, d_model: int = 256, num_heads: int = 4,
+                 num_layers: int = 6, d_hidden: int | None = None, dropout: float = 0.0):
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(f"image_size={image_size} is not divisible by patch_size={patch_size}")
+        self.image_size, self.patch_size = image_size, patch_size
+        self.grid = image_size // patch_size  # patches per side
+        self.patch_embed = PatchEmbedding(patch_size, in_channels, d_model)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
+        self.pos_embedding = nn.Parameter(torch.zeros(1, 1 + self.grid ** 2, d_model))
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = TransformerStack(num_layers, d_model, num_heads, d_hidden, dropout,
+                                        norm_first=True, activation="gelu")
+        self.head = nn.Linear(d_model, num_classes)
+        nn.init.trunc_normal_(self.pos_embedding, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+
+    def tokens(self, images: Tensor) -> Tensor:
+        """Encoder input: ``(B, C, H, W) -> (B, 1 + N, D)``, class token first, positions added."""
+        if images.shape[-2:] != (self.image_size, self.image_size):
+            raise ValueError(f"expected {self.image_size}x{self.image_size} images, "
+                             f"got {tuple(images.shape[-2:])}")
+        x = self.patch_embed(images)  # (B, N, D)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
+        return self.dropout(torch.cat([cls, x], dim=1) + self.pos_embedding)
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = self.encoder(self.tokens(images))  # (B, 1 + N, D)
+        return self.head(x[:, 0])  # (B, num_classes), from the class token
+
+    @torch.no_grad()
+    def attention_maps(self, images: Tensor) -> Tensor:
+        """Self-attention weights of every layer: ``(B, layers, heads, 1 + N, 1 + N)``.
+
+        Each block is run as usual; its attention sublayer is re-run with ``need_weights``
+        on the same (Pre-LN normalized) input to read the weights.
+        """
+        x, maps = self.tokens(images), []
+        for block in self.encoder.layers:
+            normed = block.residuals[0].norm(x)  # what the Pre-LN attention sublayer sees
+            maps.append(block.self_attn(normed, need_weights=True)[1])
+            x = block(x)
+        return torch.stack(maps, dim=1)
+
+    def class_token_attention(self, images: Tensor, layer: int = -1) -> Tensor:
+        """Attention from the class token to the patches, ``(B, heads, grid, grid)``."""
+        weights = self.attention_maps(images)[:, layer, :, 0, 1:]  # (B, heads, N)
+        return weights.reshape(*weights.shape[:2], self.grid, self.grid)
