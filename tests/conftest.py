@@ -1,0 +1,125 @@
+"""Shared fixtures: the book, built once per test run.
+
+`built_book` runs `jupyter-book build -W -n --keep-going` (warnings are errors) with the fast
+profile into a temporary folder and returns the HTML folder. Under pytest-xdist every worker asks
+for it; a file lock lets the first one build and the others reuse its result (or its failure).
+Set ``XFL_BOOK_HTML`` to an already built ``_build/html`` folder to skip the build while
+working on the tests themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from filelock import FileLock
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BUILD_TIMEOUT_S = 3600
+LOG_TAIL_LINES = 60
+SPHINX_PROBLEM = re.compile(r"\b(WARNING|ERROR|CRITICAL):")
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def load_config() -> dict:
+    """The book's `_config.yml` as a dict."""
+    return yaml.safe_load((REPO_ROOT / "_config.yml").read_text(encoding="utf-8"))
+
+
+def toc_files() -> list[str]:
+    """Every document named in `_toc.yml` (root first), without extension, in reading order."""
+    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(str(Path(entry["file"]).with_suffix("")))
+            for key in ("parts", "chapters", "sections"):
+                walk(entry.get(key))
+
+    walk(toc.get("parts"))
+    walk(toc.get("chapters"))
+    return files
+
+
+def numbered_files() -> list[str]:
+    """The documents in the toc's numbered parts, in reading order (numbered 1, 2, ...)."""
+    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    return [str(Path(entry["file"]).with_suffix(""))
+            for part in toc.get("parts", []) if part.get("numbered")
+            for entry in part.get("chapters", [])]
+
+
+def chapter_files() -> list[str]:
+    """The toc entries that are chapters (notebooks under `chapters/`)."""
+    return [f for f in toc_files() if f.startswith("chapters/")]
+
+
+@dataclass(frozen=True)
+class BuiltBook:
+    html: Path  # the `_build/html` folder
+    log: str  # everything the build printed
+
+
+def _jupyter_book() -> str:
+    """The jupyter-book next to this interpreter (the project's .venv), else the one on PATH."""
+    candidate = Path(sys.executable).parent / "jupyter-book"
+    return str(candidate) if candidate.exists() else "jupyter-book"
+
+
+def _log_tail(log: str) -> str:
+    return "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
+
+
+def _build(out: Path) -> tuple[int, str]:
+    """Build the book into `out`; return the exit status and the combined log."""
+    vendor = REPO_ROOT / "book" / "vendor" / "mathjax" / "tex-chtml.js"
+    if not vendor.exists():
+        return 1, f"{vendor} is missing: run `make vendor` first (the book serves MathJax itself)."
+    cmd = [_jupyter_book(), "build", "-W", "-n", "--keep-going", "--path-output", str(out), "."]
+    env = {**os.environ, "XFL_FAST": "1"}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=BUILD_TIMEOUT_S)
+    return proc.returncode, ANSI_COLOUR.sub("", proc.stdout)
+
+
+def _build_once(shared: Path) -> tuple[int, str]:
+    """Build into `shared` unless another worker already did; return its status and log."""
+    shared.mkdir(parents=True, exist_ok=True)
+    status_file, log_file = shared / "status", shared / "build.log"
+    with FileLock(str(shared / "build.lock")):
+        if not status_file.exists():
+            status, log = _build(shared)
+            log_file.write_text(log, encoding="utf-8")
+            status_file.write_text(str(status), encoding="utf-8")
+    return int(status_file.read_text()), log_file.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory) -> BuiltBook:
+    """The book built once for the whole run (shared between xdist workers)."""
+    prebuilt = os.environ.get("XFL_BOOK_HTML")
+    if prebuilt:
+        return BuiltBook(html=Path(prebuilt).resolve(), log="")
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # no xdist: a private folder
+        status, log = _build(out := tmp_path_factory.mktemp("book"))
+    else:  # xdist: the workers' common parent folder belongs to this run only
+        out = tmp_path_factory.getbasetemp().parent / "xfl-book"
+        status, log = _build_once(out)
+    if status != 0:
+        problems = "\n".join(sphinx_problems(log)) or "(none reported)"
+        pytest.fail(f"jupyter-book build failed (exit {status}).\nWarnings and errors:\n{problems}"
+                    f"\nLast lines of the log:\n{_log_tail(log)}", pytrace=False)
+    return BuiltBook(html=out / "_build" / "html", log=log)
+
+
+def sphinx_problems(log: str) -> list[str]:
+    """The lines of a build log that report a Sphinx warning or error."""
+    return [line for line in log.splitlines() if SPHINX_PROBLEM.search(line)]

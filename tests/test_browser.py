@@ -1,0 +1,203 @@
+"""Every built page, opened in headless Chromium with nothing but the book's own server.
+
+Each page must load with no script errors, no failed or 4xx/5xx requests and no request that
+leaves 127.0.0.1; its maths must be typeset by MathJax 3, its images decoded and its widgets
+rendered. The search box must find a chapter. Chapter 1's page is saved as a screenshot
+under `_build/screenshots/` for the README.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import sync_playwright
+
+from conftest import REPO_ROOT, numbered_files, toc_files
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+VIEWPORT = {"width": 1280, "height": 860}
+SCREENSHOT = REPO_ROOT / "_build" / "screenshots" / "chapter.png"
+EXTRA_PAGES = ["index", "genindex", "search"]  # pages Sphinx writes besides the toc's
+TYPESET_TIMEOUT_MS = 15_000
+
+# Errors every Jupyter Book 1 page reports although nothing a reader sees is wrong. Exact texts
+# only: anything else fails the page.
+ALLOWED_PAGE_ERRORS = frozenset({
+    # sphinx-thebe (always loaded by JB1) writes its config snippet twice; thebe is not used.
+    "Identifier 'THEBE_JS_URL' has already been declared",
+    # The widget manager calls MathJax 2's MathJax.Hub.Queue; the book runs MathJax 3, and the
+    # widgets render regardless (checked on a page with a slider and a dropdown).
+    "Cannot read properties of undefined (reading 'Queue')",
+})
+ALLOWED_CONSOLE_ERRORS = frozenset({
+    # pydata-sphinx-theme on a first visit, before a light/dark mode is stored.
+    "Got invalid theme mode: . Resetting to auto.",
+})
+
+
+def chromium_path() -> str:
+    """Chromium from XFL_CHROMIUM, else from PATH (`make browser-deps` installs it)."""
+    path = os.environ.get("XFL_CHROMIUM") or shutil.which("chromium") or shutil.which(
+        "chromium-browser")
+    if not path:
+        pytest.fail("no Chromium found: run `make browser-deps` or set XFL_CHROMIUM", pytrace=False)
+    return path
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # keep the test output clean
+        pass
+
+
+@pytest.fixture(scope="module")
+def book_url(built_book):
+    """The built HTML, served on 127.0.0.1 from a thread of this test process."""
+    handler = partial(QuietHandler, directory=str(built_book.html))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class WatchedPage:
+    """A browser tab that records every problem a reader could notice, offline."""
+
+    def __init__(self, browser):
+        self.context = browser.new_context(viewport=VIEWPORT)
+        self.page = self.context.new_page()
+        self.problems: list[str] = []
+        self.context.route("**/*", self._only_local)
+        self.page.on("pageerror", self._page_error)
+        self.page.on("console", self._console)
+        self.page.on("requestfailed", self._failed)
+        self.page.on("response", self._response)
+
+    def _only_local(self, route):
+        if urlsplit(route.request.url).hostname == "127.0.0.1":
+            route.continue_()
+        else:
+            self.problems.append(f"request leaves 127.0.0.1: {route.request.url}")
+            route.abort()
+
+    def _page_error(self, error):
+        if error.message not in ALLOWED_PAGE_ERRORS:
+            self.problems.append(f"page error: {error.message!r}")
+
+    def _console(self, message):
+        if message.type == "error" and message.text not in ALLOWED_CONSOLE_ERRORS:
+            self.problems.append(f"console error: {message.text!r}")
+
+    def _failed(self, request):
+        if urlsplit(request.url).hostname == "127.0.0.1":  # outside ones are reported above
+            self.problems.append(f"failed request: {request.url} ({request.failure})")
+
+    def _response(self, response):
+        if response.status >= 400:
+            self.problems.append(f"HTTP {response.status}: {response.url}")
+
+    def open(self, url: str):
+        self.page.goto(url, wait_until="networkidle")
+        return self.page
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def tab(browser):
+    watched = WatchedPage(browser)
+    yield watched
+    watched.close()
+
+
+def unfinished_maths(page) -> list[str]:
+    """Wait for MathJax; list the maths it did not typeset (or typeset as an error)."""
+    if page.locator(".math").count() == 0:
+        return []
+    try:
+        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                               timeout=TYPESET_TIMEOUT_MS)
+    except PlaywrightTimeout:
+        return ["MathJax never started: the page's maths is raw LaTeX"]
+    page.evaluate("() => MathJax.startup.promise")
+    return page.evaluate("""() => [...document.querySelectorAll('.math')]
+        .filter(m => !m.querySelector('mjx-container') || m.querySelector('mjx-merror'))
+        .map(m => 'not typeset: ' + m.textContent.slice(0, 80))""")
+
+
+def broken_images(page) -> list[str]:
+    """Sources of images that did not decode (lazy ones are loaded first)."""
+    return page.evaluate("""async () => {
+        const images = [...document.images];
+        images.forEach(img => { img.loading = 'eager'; });
+        await Promise.all(images.map(img => img.decode().catch(() => null)));
+        return images.filter(img => !(img.complete && img.naturalWidth > 0))
+                     .map(img => img.currentSrc || img.src);
+    }""")
+
+
+def unrendered_widgets(page) -> list[str]:
+    """A complaint if embedded widget views did not all render (widgets need no kernel)."""
+    views = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
+    if views == 0:
+        return []
+    try:
+        page.wait_for_selector(".jupyter-widgets", timeout=TYPESET_TIMEOUT_MS)
+    except PlaywrightTimeout:
+        return [f"none of {views} widgets rendered"]
+    rendered = page.locator(".jupyter-widgets").count()
+    return [] if rendered >= views else [f"{views} widget views, {rendered} rendered"]
+
+
+def test_every_built_page_is_checked(built_book):
+    built = {str(p.relative_to(built_book.html).with_suffix(""))
+             for p in built_book.html.rglob("*.html") if "_static" not in p.parts}
+    assert built == set(toc_files()) | set(EXTRA_PAGES)
+
+
+@pytest.mark.parametrize("docname", toc_files() + EXTRA_PAGES)
+def test_page_works_offline(tab, book_url, docname):
+    page = tab.open(f"{book_url}/{docname}.html")
+    found = unfinished_maths(page)
+    found += [f"image did not load: {src}" for src in broken_images(page)]
+    found += unrendered_widgets(page)
+    page.wait_for_load_state("networkidle")
+    problems = tab.problems + found
+    assert not problems, "\n".join(problems)
+    if numbered_files() and docname == numbered_files()[0]:  # chapter 1, for the README
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT))
+
+
+def test_search_finds_a_chapter(tab, book_url):
+    page = tab.open(f"{book_url}/{toc_files()[0]}.html")
+    page.keyboard.press("Control+k")
+    box = page.locator("#pst-search-dialog input[type=search]")
+    box.fill("softmax")
+    box.press("Enter")
+    page.wait_for_url("**/search.html?*")
+    results = page.locator("#search-results ul.search li")
+    results.first.wait_for(timeout=TYPESET_TIMEOUT_MS)
+    linked = page.eval_on_selector_all("#search-results ul.search li a", "as => as.map(a => a.href)")
+    assert any("/chapters/" in href for href in linked), linked
+    assert not tab.problems, "\n".join(tab.problems)
