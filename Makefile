@@ -43,7 +43,7 @@ book: $(STAMP) $(VENDOR)
 	@echo "Open _build/html/index.html"
 
 test: $(STAMP) $(VENDOR) browser-deps
-	XFL_FAST=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests --nbval-lax chapters -p no:cacheprovider
+	XFL_FAST=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests --nbval-lax chapters -p no:cacheprovider
 
 clean:
 	rm -rf _build book/vendor book/js/node_modules

@@ -1,0 +1,48 @@
+"""xfl.reference: the DLStudio-style N-pass decoder equals one causal pass; the timer works."""
+
+import pytest
+import torch
+
+from xfl.blocks import TransformerStack
+from xfl.reference import causal_decode, median_time, n_pass_decode, time_decoders, zero_future_rows
+
+
+def make_stack(norm_first, cross):
+    torch.manual_seed(0)
+    return TransformerStack(2, d_model=32, num_heads=4, norm_first=norm_first, cross=cross).eval()
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("cross", [False, True])
+def test_n_pass_equals_one_causal_pass(norm_first, cross):
+    stack = make_stack(norm_first, cross)
+    x = torch.randn(3, 7, 32)
+    memory = torch.randn(3, 5, 32) if cross else None
+    torch.testing.assert_close(n_pass_decode(stack, x, memory), causal_decode(stack, x, memory))
+
+
+def test_zeroing_rows_alone_is_a_different_function():
+    """DLStudio's literal scheme: zeroed rows still receive attention weight."""
+    stack, x = make_stack(True, False), torch.randn(3, 7, 32)
+    gap = (n_pass_decode(stack, x, hide_future_keys=False) - causal_decode(stack, x)).abs().max()
+    assert gap > 1e-2
+    # ... but it does not leak: output row t does not depend on input rows after t.
+    x2 = x.clone()
+    x2[:, 4:] = torch.randn(3, 3, 32)
+    torch.testing.assert_close(n_pass_decode(stack, x, hide_future_keys=False)[:, :4],
+                               n_pass_decode(stack, x2, hide_future_keys=False)[:, :4])
+
+
+def test_zero_future_rows():
+    x = torch.ones(2, 4, 3)
+    assert zero_future_rows(x, 1).sum(dim=(0, 2)).tolist() == [6.0, 6.0, 0.0, 0.0]
+    assert x.sum() == 24  # the input is not modified
+
+
+def test_errors_and_timer():
+    with pytest.raises(ValueError, match=r"\(B, L, D\)"):
+        n_pass_decode(make_stack(True, False), torch.randn(7, 32))
+    with pytest.raises(ValueError, match="repeats >= 1"):
+        median_time(lambda: None, repeats=0)
+    result = time_decoders(make_stack(True, False), torch.randn(2, 4, 32), repeats=2, warmup=0)
+    assert set(result) == {"n_pass_s", "causal_s", "ratio"} and result["causal_s"] > 0
