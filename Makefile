@@ -2,16 +2,23 @@
 #   make book   creates .venv, installs, executes every chapter and builds the HTML book
 #   make test   creates .venv, installs, runs every test (unit, notebooks, book, browser, grading)
 # XFL_FAST=1 selects the fast profile (seconds per chapter on a CPU); `make test` always sets it.
+# `make book` runs the full profile where nvidia-smi finds a GPU, the fast one elsewhere;
+# XFL_FAST=0 or XFL_FAST=1 on the command line overrides that choice.
 
 PYTHON  ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 VENDOR  := book/vendor/.stamp
-CHAPTERS_MD := $(wildcard chapters/*/*.md)
+CHAPTERS_MD := $(filter-out %/exercises.md,$(wildcard chapters/*/*.md))
+EXERCISES   := $(wildcard chapters/*/exercises.md)
+CHAPTER     ?= ch01_qkv
+SUBMISSIONS ?= submissions/$(CHAPTER)
+TIMEOUT     ?= 60
 JOBS    ?= 2
+XFL_FAST ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 1)
 
-.PHONY: book test unit notebooks sync vendor browser-deps clean
+.PHONY: book test sync vendor browser-deps exercises exercise-pages grade clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,15 +42,32 @@ browser-deps:
 	@command -v chromium >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
+# Student notebooks, autograder zips, solutions -> _build/exercises/ (fails if a solution misses a point)
+_build/exercises/.stamp: $(STAMP) $(EXERCISES) tools/exercises.py
+	$(BIN)/python -m tools.exercises build
+	touch $@
+exercises: _build/exercises/.stamp
+
+# The book's exercise pages (no solutions), generated from the student notebooks
+book/exercises/.stamp: _build/exercises/.stamp
+	$(BIN)/python -m tools.exercises pages
+	touch $@
+exercise-pages: book/exercises/.stamp
+
+# make grade CHAPTER=ch01_qkv SUBMISSIONS=submissions/ch01_qkv  ->  grades/ch01_qkv.csv
+grade: exercises
+	$(BIN)/python -m tools.grading _build/exercises/autograder/$(CHAPTER)-autograder.zip \
+	  $(SUBMISSIONS) -o grades/$(CHAPTER).csv --timeout $(TIMEOUT) --jobs $(JOBS)
+
 sync: $(STAMP)
 	$(BIN)/jupytext --sync $(CHAPTERS_MD)
 
-book: $(STAMP) $(VENDOR)
-	$(BIN)/jupyter-book build -W -n --keep-going .
+book: $(STAMP) $(VENDOR) exercise-pages
+	XFL_FAST=$(XFL_FAST) $(BIN)/jupyter-book build -W -n --keep-going .
 	@echo "Open _build/html/index.html"
 
-test: $(STAMP) $(VENDOR) browser-deps
+test: $(STAMP) $(VENDOR) exercise-pages browser-deps
 	XFL_FAST=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests --nbval-lax chapters -p no:cacheprovider
 
 clean:
-	rm -rf _build book/vendor book/js/node_modules
+	rm -rf _build book/vendor book/js/node_modules book/exercises
