@@ -1,0 +1,52 @@
+"""bench/translate.py --smoke: trains on a Tatoeba subset, scores BLEU, times the decoders.
+
+Needs the data: CI sets XFL_DATA_MIRROR=../shared/data (see tests/test_data_tatoeba.py).
+"""
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "translate.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_translate", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_smoke_run_writes_results(tmp_path, one_thread):
+    if not os.environ.get("XFL_DATA_MIRROR"):
+        pytest.skip("XFL_DATA_MIRROR is not set (CI points it at ../shared/data)")
+    out = tmp_path / "translate.json"
+    report = load_bench().main(["--smoke", "--budget", "4", "--no-progress", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved == json.loads(json.dumps(report))
+    for key in ("bleu", "bleu_signature", "parameters", "tokens_per_second", "wall_seconds", "device"):
+        assert key in saved
+    assert 0.0 <= saved["bleu"] <= 100.0 and saved["test_sentences"] == 40
+    assert "case:lc" in saved["bleu_signature"]  # case-insensitive, as documented
+    assert saved["train_seconds"] >= 4.0 and saved["tokens_per_second"] > 0
+    assert saved["final_loss"] < 8.0  # below the ~8.6 of a uniform guess over the vocabulary
+    assert saved["decoder_speed_cpu"]["ratio"] > 1.0  # N passes cost more than one
+    assert saved["attention_speed_cpu"]["ratio"] > 0 and saved["device"].startswith("cpu")
+
+
+def test_gpu_recipe_is_fixed():
+    bench = load_bench()
+    assert bench.GPU["model"]["norm_first"] and bench.GPU["model"]["d_model"] == 512
+    assert bench.GPU["train_limit"] is None and bench.GPU["test_limit"] is None  # all the data

@@ -1,0 +1,105 @@
+"""xfl.model: masks, causality, padding invariance, tying; the decoder-only GPT."""
+
+import pytest
+import torch
+
+from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, count_parameters
+
+PAD = 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread (and do not fight over a shared CI machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny(norm_first=True, tie=True, seed=0):
+    torch.manual_seed(seed)
+    cfg = Seq2SeqConfig(src_vocab=13, tgt_vocab=11, d_model=16, num_heads=2, num_encoder_layers=2,
+                        num_decoder_layers=2, d_hidden=32, dropout=0.0, norm_first=norm_first,
+                        max_len=20, tie_output=tie)
+    return Seq2SeqTransformer(cfg).double().eval()
+
+
+def tokens(B, L, vocab, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, vocab, (B, L), generator=g)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_shapes_and_every_parameter_learns(norm_first):
+    model = tiny(norm_first).train()
+    src, tgt = tokens(3, 7, 13, 1), tokens(3, 5, 11, 2)
+    logits = model(src, tgt)
+    assert logits.shape == (3, 5, 11)
+    logits.sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert missing == []  # embeddings included (DLStudio's never reach the optimizer)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_padding_changes_nothing(norm_first):
+    model = tiny(norm_first)
+    src, tgt = tokens(2, 6, 13, 3), tokens(2, 4, 11, 4)
+    ref = model(src, tgt)
+    src_padded = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
+    tgt_padded = torch.cat([tgt, torch.full((2, 2), PAD)], dim=1)
+    out = model(src_padded, tgt_padded)[:, :4]
+    torch.testing.assert_close(out, ref)
+
+
+def test_padding_mask_is_per_row():
+    """A short sentence padded inside a batch gives the logits it gives alone."""
+    model = tiny()
+    long_src, short_src = tokens(1, 8, 13, 5), tokens(1, 5, 13, 6)
+    tgt = tokens(2, 4, 11, 7)
+    batch = torch.cat([long_src, torch.cat([short_src, torch.zeros(1, 3, dtype=torch.long)], 1)])
+    out = model(batch, tgt)
+    torch.testing.assert_close(out[1:], model(short_src, tgt[1:]))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_is_causal(norm_first):
+    model = tiny(norm_first)
+    src, tgt = tokens(2, 6, 13, 8), tokens(2, 6, 11, 9)
+    changed = tgt.clone()
+    changed[:, 3] = (changed[:, 3] % 10) + 1
+    a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, :3], b[:, :3])
+    assert not torch.allclose(a[:, 3:], b[:, 3:])
+
+
+def test_encode_decode_equals_forward():
+    model = tiny()
+    src, tgt = tokens(2, 6, 13, 10), tokens(2, 5, 11, 11)
+    split = model.decode(tgt, model.encode(src), model.source_mask(src))
+    torch.testing.assert_close(split, model(src, tgt))
+
+
+def test_tied_output_shares_the_embedding():
+    tied, untied = tiny(tie=True), tiny(tie=False)
+    assert tied.output.weight is tied.tgt_embed.table.weight
+    assert count_parameters(untied) - count_parameters(tied) == 11 * 16
+
+
+def test_too_long_input_is_refused():
+    with pytest.raises(ValueError, match="max_len"):
+        tiny()(tokens(1, 21, 13, 0), tokens(1, 3, 11, 0))
+
+
+def test_gpt_is_causal_and_ignores_trailing_padding():
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(vocab_size=17, d_model=16, num_heads=2, num_layers=2, dropout=0.0,
+                        max_len=12)).double().eval()
+    x = tokens(2, 8, 17, 12)
+    out = gpt(x)
+    assert out.shape == (2, 8, 17)
+    changed = x.clone()
+    changed[:, 5] = (changed[:, 5] % 16) + 1
+    torch.testing.assert_close(gpt(changed)[:, :5], out[:, :5])
+    padded = torch.cat([x, torch.zeros(2, 3, dtype=torch.long)], dim=1)
+    torch.testing.assert_close(gpt(padded)[:, :8], out)

@@ -1,0 +1,173 @@
+"""xfl.train: schedule, loss without padding, exact resumption, atomic checkpoints, DDP."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+
+from toy_tasks import PAD, SOS, EOS, copy_model, copy_pairs, epoch_batches
+from xfl import train as T
+from xfl.decode import greedy_decode
+from xfl.train import TrainConfig, inverse_sqrt_factor, seq2seq_loss, train
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread (and do not fight over a shared CI machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_inverse_sqrt_schedule():
+    assert inverse_sqrt_factor(0, 4) == pytest.approx(0.25)
+    assert inverse_sqrt_factor(3, 4) == pytest.approx(1.0)  # peak at step = warmup
+    assert inverse_sqrt_factor(15, 4) == pytest.approx(0.5)  # sqrt(4 / 16)
+    assert inverse_sqrt_factor(123, 0) == 1.0  # no warm-up: constant
+    with pytest.raises(ValueError, match="warmup"):
+        inverse_sqrt_factor(0, -1)
+
+
+def test_padding_carries_no_loss():
+    model = copy_model(dropout=0.0).eval()
+    src, tgt = next(epoch_batches(copy_pairs(8), 8, 0))
+    more_pad = torch.cat([tgt, torch.full((8, 3), PAD)], dim=1)
+    loss_a, n_a = seq2seq_loss(model, (src, tgt), label_smoothing=0.1)
+    loss_b, n_b = seq2seq_loss(model, (src, more_pad), label_smoothing=0.1)
+    assert int(n_a) == int(n_b) == int((tgt[:, 1:] != PAD).sum())
+    torch.testing.assert_close(loss_a, loss_b)
+
+
+def run(tmp_path, steps, name="ckpt.pt", **overrides):
+    pairs = copy_pairs(40, seed=2)
+    config = TrainConfig(steps=steps, lr=2e-3, warmup=3, log_every=2, checkpoint_every=2,
+                         grad_norm_every=2, progress=False, device="cpu",
+                         checkpoint_path=str(tmp_path / name), **overrides)
+    model = copy_model(seed=overrides.get("seed", 0) + 5, dropout=0.1)  # dropout: RNG matters
+    loss = partial(seq2seq_loss, label_smoothing=0.1)
+    return train(model, partial(epoch_batches, pairs, 8), loss, config), model
+
+
+def test_resumed_run_follows_the_uninterrupted_trajectory(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    full, full_model = run(tmp_path / "a", steps=8)  # 5 batches per epoch: crosses epochs
+    run(tmp_path / "b", steps=4)
+    resumed, resumed_model = run(tmp_path / "b", steps=8)  # a fresh model, loads step 4
+    assert [h["step"] for h in resumed.history] == [h["step"] for h in full.history]
+    for a, b in zip(full.history, resumed.history):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["lr"] == pytest.approx(b["lr"])
+    assert full.tokens == resumed.tokens and full.epoch == resumed.epoch
+    for p, q in zip(full_model.parameters(), resumed_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+    assert [s for s, _ in resumed.grad_norms] == [2, 4, 6, 8]
+    assert list(resumed.grad_norms[0][1])[:2] == ["encoder.layers.0", "encoder.final_norm"]
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    state, _ = run(tmp_path, steps=4)
+    path = tmp_path / "ckpt.pt"
+    before = path.read_bytes()
+
+    def crash(obj, f, *a, **k):
+        f.write(b"half a checkpoint")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(T.torch, "save", crash)
+    with pytest.raises(RuntimeError, match="disk full"):
+        run(tmp_path, steps=8)
+    assert path.read_bytes() == before  # the old checkpoint is untouched
+    monkeypatch.undo()
+    model = copy_model()
+    assert T.load_checkpoint(str(path), model).step == 4
+
+
+def test_training_learns_to_copy():
+    """Train + greedy decoding end to end: a tiny model learns to copy short sequences."""
+    pairs = copy_pairs(512, seed=3, max_len=5)
+    model = copy_model(dropout=0.0, d_model=48)
+    config = TrainConfig(steps=400, lr=3e-3, warmup=40, log_every=25, progress=False, device="cpu")
+    state = train(model, partial(epoch_batches, pairs, 32), seq2seq_loss, config)
+    assert state.history[-1]["loss"] < 0.2 * state.history[0]["loss"]
+    test = copy_pairs(32, seed=99, max_len=5)
+    src = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s, _ in test], batch_first=True)
+    hyps, _ = greedy_decode(model, src, max_len=8, sos=SOS, eos=EOS)
+    accuracy = sum(h == s for h, (s, _) in zip(hyps, test)) / len(test)
+    assert accuracy >= 0.9
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def merged_batches(pairs, per_process, epoch):
+    """What two processes see together at each step, as one batch (single-process reference)."""
+    batches = list(epoch_batches(pairs, per_process, epoch))
+    for a, b in zip(batches[0::2], batches[1::2]):
+        yield torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]])
+
+
+@pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None,
+                    reason="torchrun not installed")
+def test_same_loop_under_torchrun_ddp(tmp_path):
+    env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "OMP_NUM_THREADS": "1"}
+    cmd = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--nproc_per_node=2",
+           f"--master_port={free_port()}", str(HERE / "ddp_worker.py"), str(tmp_path), "4"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers
+        output, _ = proc.communicate()
+    assert proc.returncode == 0, output[-3000:]
+    p0, p1 = (torch.load(tmp_path / f"params{r}.pt") for r in (0, 1))
+    torch.testing.assert_close(p0, p1, rtol=0, atol=0)  # replicas stay identical
+    ddp = json.loads((tmp_path / "history0.json").read_text())
+    # the same steps in one process, each on the two processes' batches together
+    pairs = copy_pairs(64, seed=1, min_len=5, max_len=5)
+    model = copy_model(dropout=0.0)
+    config = TrainConfig(steps=6, lr=3e-3, warmup=2, log_every=1, progress=False, device="cpu")
+    single = train(model, partial(merged_batches, pairs, 4), seq2seq_loss, config)
+    assert [h["loss"] for h in ddp["history"]] == pytest.approx([h["loss"] for h in single.history],
+                                                                 rel=1e-4)
+    assert ddp["tokens"] == single.tokens
+    reference = torch.cat([p.detach().flatten() for p in model.parameters()])
+    # Adam amplifies rounding in near-zero gradients, so compare the whole vector
+    assert float((p0 - reference).norm() / reference.norm()) < 1e-3
+    assert (tmp_path / "ddp.pt").exists()
+
+
+def test_same_loop_trains_a_decoder_only_model():
+    """The GPT chapter's use: batches are plain token tensors, the loss is next-token CE."""
+    from xfl.model import GPT, GPTConfig
+    from xfl.train import lm_loss
+
+    pattern = torch.tensor([1, 3, 4, 5, 6, 7, 8, 9, 2] * 2)  # a repeating sequence to learn
+
+    def data(epoch):
+        g = torch.Generator().manual_seed(epoch)
+        for _ in range(8):
+            starts = torch.randint(0, 9, (16,), generator=g)
+            yield torch.stack([pattern[s:s + 8] for s in starts.tolist()])
+
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(vocab_size=10, d_model=32, num_heads=2, num_layers=1, dropout=0.0, max_len=8))
+    config = TrainConfig(steps=60, lr=3e-3, warmup=10, log_every=10, progress=False, device="cpu")
+    state = train(gpt, data, lm_loss, config)
+    assert state.history[-1]["loss"] < 0.3 * state.history[0]["loss"]
+    assert state.tokens == 60 * 16 * 7

@@ -1,0 +1,60 @@
+"""xfl.translation on made-up sentence pairs (no download): task, batches, BLEU plumbing."""
+
+import torch
+
+from xfl.data.text import PAD, normalize
+from xfl.model import Seq2SeqTransformer
+from xfl.translation import (epoch_batches, heldout_bleu, prepare_task, reference_streams,
+                             translate)
+
+WORDS = ["cat", "dog", "red", "big", "sees", "the", "a", "runs"]
+SPANISH = {"cat": "gato", "dog": "perro", "red": "rojo", "big": "grande", "sees": "ve",
+           "the": "el", "a": "un", "runs": "corre"}
+
+
+def made_up_pairs(n=300, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pairs = []
+    for _ in range(n):
+        words = [WORDS[i] for i in torch.randint(0, len(WORDS), (int(torch.randint(2, 6, (1,), generator=g)),),
+                                                 generator=g)]
+        pairs.append((" ".join(words) + ".", " ".join(SPANISH[w] for w in words) + "."))
+    pairs.append((pairs[0][0], "otra traducción."))  # a second reference for one sentence
+    return pairs
+
+
+def test_task_splits_by_english_and_keeps_all_references():
+    task = prepare_task(made_up_pairs(), test_fraction=0.2, min_freq=1)
+    train_english = {tuple(s) for s, _ in task.train}
+    test_english = {tuple(task.src_vocab.encode_text(en)) for en, _ in task.test}
+    assert not train_english & test_english  # nothing held out was trained on
+    assert all(len(refs) >= 1 for _, refs in task.test)
+    first = normalize(made_up_pairs()[0][0])
+    for en, refs in task.test:
+        if normalize(en) == first:
+            assert "otra traducción." in refs and len(refs) >= 2
+
+
+def test_epoch_batches_cover_every_pair_once_and_repeat_per_epoch():
+    encoded = [([2] + [5] * n + [3], [2] + [6] * (n % 4 + 1) + [3]) for n in range(1, 51)]
+    batches = list(epoch_batches(encoded, 8, epoch=0))
+    assert sum(len(s) for s, _ in batches) == 50
+    assert sorted(int((t != PAD).sum()) for _, t in batches for t in t) == sorted(len(t) for _, t in encoded)
+    again, other = list(epoch_batches(encoded, 8, epoch=0)), list(epoch_batches(encoded, 8, epoch=1))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, again))
+    assert not all(a[0].shape == b[0].shape and torch.equal(a[0], b[0]) for a, b in zip(batches, other))
+
+
+def test_reference_streams_pad_with_none():
+    assert reference_streams([["a"], ["b", "c"]]) == [["a", "b"], [None, "c"]]
+
+
+def test_translate_and_bleu_run_on_an_untrained_model():
+    task = prepare_task(made_up_pairs(), test_fraction=0.2, min_freq=1)
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(task.model_config(d_model=16, num_heads=2, num_encoder_layers=1,
+                                                 num_decoder_layers=1, dropout=0.0)).eval()
+    out = translate(model, task, ["the cat sees a dog.", ""], beam_size=2)
+    assert len(out) == 2 and all(isinstance(s, str) for s in out)
+    score = heldout_bleu(model, task, beam_size=1, limit=10)
+    assert 0.0 <= score["bleu"] <= 100.0 and score["sentences"] == min(10, len(task.test))

@@ -1,0 +1,174 @@
+"""Autoregressive decoding (chapter 6): greedy search, beam search, and sampling.
+
+Every decoder feeds its own previous outputs back in: step t runs the causal decoder once
+on the tokens chosen so far and reads the logits of the last position. (DLStudio's
+"inference" instead looks at the target sentence: that is teacher forcing, not
+translation.) The encoder runs once per source batch.
+
+Results are lists of token ids without SOS and without EOS, plus the total log-probability
+of each returned sequence (EOS included when it was produced).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def _check(src: Tensor, max_len: int) -> None:
+    if src.ndim != 2:
+        raise ValueError(f"src must be (B, S) token ids, got shape {tuple(src.shape)}")
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+
+
+def _strip(seq: list[int], eos: int, pad: int) -> list[int]:
+    """Token ids up to (not including) the first EOS, padding removed."""
+    out = []
+    for t in seq:
+        if t == eos:
+            break
+        if t != pad:
+            out.append(t)
+    return out
+
+
+def _next_log_probs(model: nn.Module, tgt: Tensor, memory: Tensor, src_keep: Tensor,
+                    never: tuple[int, ...]) -> Tensor:
+    """Log-probabilities of the next token after each row of ``tgt (B, t)``: ``(B, V)``.
+
+    Tokens in ``never`` (PAD, SOS) are made impossible; the others keep the model's values.
+    """
+    logits = model.decode(tgt, memory, src_keep)[:, -1]  # (B, V)
+    log_probs = logits.float().log_softmax(dim=-1)
+    log_probs[:, list(never)] = float("-inf")
+    return log_probs
+
+
+@torch.no_grad()
+def greedy_decode(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int = 0):
+    """Pick the most likely next token until every row has produced EOS or ``max_len`` tokens.
+
+    src ``(B, S)``. Returns ``(hypotheses, scores)``: B lists of ids, and ``(B,)`` summed
+    log-probabilities of the chosen tokens.
+    """
+    _check(src, max_len)
+    was_training = model.training
+    model.eval()
+    memory, keep = model.encode(src), model.source_mask(src)
+    tgt = torch.full((src.shape[0], 1), sos, dtype=torch.long, device=src.device)  # (B, 1)
+    scores = torch.zeros(src.shape[0], device=src.device)
+    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        log_probs = _next_log_probs(model, tgt, memory, keep, (pad, sos))  # (B, V)
+        best, token = log_probs.max(dim=-1)
+        scores += best.masked_fill(done, 0.0)
+        token = token.masked_fill(done, pad)  # finished rows only pad
+        tgt = torch.cat([tgt, token[:, None]], dim=1)
+        done |= token == eos
+        if done.all():
+            break
+    model.train(was_training)
+    return [_strip(row, eos, pad) for row in tgt[:, 1:].tolist()], scores
+
+
+def _advance_beams(scores: Tensor, log_probs: Tensor, done: Tensor, pad: int, k: int):
+    """One beam step. scores ``(B, K)``, log_probs ``(B*K, V)``, done ``(B*K,)``.
+
+    A finished beam may only extend itself with PAD at no cost, so it keeps its score.
+    Returns new scores ``(B, K)``, the parent beam ``(B, K)`` and the new token ``(B, K)``.
+    """
+    V = log_probs.shape[-1]
+    frozen = torch.full_like(log_probs, float("-inf"))
+    frozen[:, pad] = 0.0
+    log_probs = torch.where(done[:, None], frozen, log_probs)
+    candidates = scores.reshape(-1, 1) + log_probs  # (B*K, V)
+    top, index = candidates.view(scores.shape[0], k * V).topk(k, dim=-1)  # (B, K)
+    return top, index // V, index % V
+
+
+@torch.no_grad()
+def beam_search(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int = 0,
+                beam_size: int = 4, length_penalty: float = 0.0):
+    """Keep the ``beam_size`` best partial translations of every source sentence (batched).
+
+    Beams are ranked by summed log-probability; the final choice divides by
+    ``length ** length_penalty`` (0 = no normalisation). Returns ``(hypotheses, scores)``
+    like ``greedy_decode`` (scores are the unnormalised log-probabilities).
+    """
+    _check(src, max_len)
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    was_training, K, B = model.training, beam_size, src.shape[0]
+    model.eval()
+    memory = model.encode(src).repeat_interleave(K, dim=0)  # (B*K, S, D): encode once
+    keep = model.source_mask(src).repeat_interleave(K, dim=0)  # (B*K, S)
+    tgt = torch.full((B * K, 1), sos, dtype=torch.long, device=src.device)
+    scores = torch.full((B, K), float("-inf"), device=src.device)
+    scores[:, 0] = 0.0  # all beams start equal: let only the first one expand
+    done = torch.zeros(B * K, dtype=torch.bool, device=src.device)
+    offsets = (torch.arange(B, device=src.device) * K)[:, None]  # (B, 1)
+    for _ in range(max_len):
+        log_probs = _next_log_probs(model, tgt, memory, keep, (pad, sos))  # (B*K, V)
+        scores, parent, token = _advance_beams(scores, log_probs, done, pad, K)
+        rows = (parent + offsets).flatten()  # (B*K,)
+        tgt = torch.cat([tgt[rows], token.reshape(-1, 1)], dim=1)
+        done = done[rows] | (token.flatten() == eos)
+        if done.all():
+            break
+    model.train(was_training)
+    return _best_beams(tgt[:, 1:], scores, eos, pad, K, length_penalty)
+
+
+def _best_beams(tokens: Tensor, scores: Tensor, eos: int, pad: int, k: int, length_penalty: float):
+    """Choose one beam per sentence; tokens ``(B*K, T)``, scores ``(B, K)``."""
+    hypotheses = [_strip(row, eos, pad) for row in tokens.tolist()]
+    lengths = torch.tensor([len(h) + 1 for h in hypotheses], dtype=torch.float, device=scores.device)
+    ranking = scores / lengths.view_as(scores) ** length_penalty
+    best = ranking.argmax(dim=-1)  # (B,)
+    chosen = [hypotheses[b * k + int(i)] for b, i in enumerate(best)]
+    return chosen, scores.gather(1, best[:, None]).squeeze(1)
+
+
+@torch.no_grad()
+def sequence_log_prob(model: nn.Module, src: Tensor, hypothesis: list[int], sos: int,
+                      eos: int | None = None) -> float:
+    """Teacher-forced log P(hypothesis [+ EOS] | src) for one source ``(1, S)``: one causal pass."""
+    was_training = model.training
+    model.eval()
+    target = list(hypothesis) + ([] if eos is None else [eos])
+    tgt = torch.tensor([[sos] + target], device=src.device)  # (1, T+1)
+    log_probs = model(src, tgt[:, :-1]).float().log_softmax(-1)  # (1, T, V)
+    model.train(was_training)
+    return float(log_probs[0].gather(1, tgt[0, 1:, None]).sum())
+
+
+@torch.no_grad()
+def sample(model: nn.Module, prefix: Tensor, max_new: int, temperature: float = 1.0,
+           top_k: int | None = None, eos: int | None = None, generator: torch.Generator | None = None):
+    """Continue ``prefix (B, L)`` with a decoder-only model by sampling ``max_new`` tokens.
+
+    ``temperature`` divides the logits (-> 0 approaches greedy); ``top_k`` keeps only the k
+    most likely tokens. Rows stop growing after ``eos`` (they are padded with it). Returns
+    ``(B, L + n)`` with n <= max_new.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    was_training, tokens = model.training, prefix
+    model.eval()
+    done = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
+    for _ in range(max_new):
+        window = tokens[:, -model.config.max_len:]
+        logits = model(window)[:, -1].float() / temperature  # (B, V)
+        if top_k is not None:
+            kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)  # (B, 1)
+        if eos is not None:
+            nxt = nxt.masked_fill(done[:, None], eos)
+            done |= nxt[:, 0] == eos
+        tokens = torch.cat([tokens, nxt], dim=1)
+        if eos is not None and done.all():
+            break
+    model.train(was_training)
+    return tokens

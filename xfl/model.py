@@ -1,0 +1,170 @@
+"""Whole models built from ``xfl.blocks`` (chapter 5, chapters/ch05_encoder_decoder/translation.md,
+and the decoder-only chapter).
+
+``Seq2SeqTransformer`` is the encoder-decoder of Vaswani et al. (2017): an encoder stack
+(self-attention) and a decoder stack (causal self-attention + cross-attention), token
+embeddings scaled by √d plus sinusoidal positions, and a linear output projection.
+``norm_first=False`` gives Kak's post-LN "First Generation" (FG) model, ``True`` the
+Pre-LN model of Xiong et al. (2020). ``GPT`` is the decoder-only variant: the same blocks
+without cross-attention, under a causal mask.
+
+Token tensors are ``(B, L)`` long; ``pad_id`` marks padding, which no query attends to.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .attention import causal_mask
+from .blocks import TransformerStack
+from .position import sinusoidal_encoding
+
+
+# ---------------------------------------------------------------------- embeddings
+class TokenEmbedding(nn.Module):
+    """Token ids ``(B, L)`` -> ``(B, L, D)``: √D · embedding + sinusoidal position, dropout.
+
+    The table is initialised with std 1/√D, so the scaled embedding has unit variance,
+    the same order as the positional code it is added to.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float, pad_id: int):
+        super().__init__()
+        self.table = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        nn.init.normal_(self.table.weight, std=d_model ** -0.5)
+        with torch.no_grad():
+            self.table.weight[pad_id].zero_()
+        self.register_buffer("positions", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.drop, self.scale, self.max_len = nn.Dropout(dropout), math.sqrt(d_model), max_len
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        if tokens.shape[-1] > self.max_len:
+            raise ValueError(f"sequence length {tokens.shape[-1]} exceeds max_len={self.max_len}")
+        x = self.table(tokens) * self.scale + self.positions[: tokens.shape[-1]]  # (B, L, D)
+        return self.drop(x)
+
+
+def _init_linear_weights(module: nn.Module) -> None:
+    """Xavier-uniform for every Linear weight (the Annotated Transformer's choice), zero biases."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+def key_mask(keep: Tensor) -> Tensor:
+    """``(B, S)`` True = real token -> ``(B, 1, 1, S)``: a mask over keys for every head and query."""
+    return keep[:, None, None, :]
+
+
+def causal_padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """``(B, L)`` tokens -> ``(B, 1, L, L)``: query i sees keys j <= i that are not padding."""
+    causal = causal_mask(tokens.shape[-1], device=tokens.device)  # (L, L)
+    return causal & key_mask(tokens != pad_id)  # (B, 1, L, L)
+
+
+# -------------------------------------------------------------------- encoder-decoder
+@dataclass
+class Seq2SeqConfig:
+    """Sizes of a ``Seq2SeqTransformer``. ``tie_output`` shares the target embedding with the
+    output projection (Press & Wolf, 2017); ``d_hidden=None`` means 4·d_model."""
+
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = 256
+    num_heads: int = 8
+    num_encoder_layers: int = 3
+    num_decoder_layers: int = 3
+    d_hidden: int | None = None
+    dropout: float = 0.1
+    norm_first: bool = True
+    max_len: int = 128
+    tie_output: bool = True
+    pad_id: int = 0
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder-decoder transformer: ``forward(src (B, S), tgt_in (B, L)) -> logits (B, L, V)``."""
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        c = self.config = config
+        stack = dict(d_model=c.d_model, num_heads=c.num_heads, d_hidden=c.d_hidden,
+                     dropout=c.dropout, norm_first=c.norm_first)
+        self.encoder = TransformerStack(c.num_encoder_layers, cross=False, **stack)
+        self.decoder = TransformerStack(c.num_decoder_layers, cross=True, **stack)
+        _init_linear_weights(self)
+        self.src_embed = TokenEmbedding(c.src_vocab, c.d_model, c.max_len, c.dropout, c.pad_id)
+        self.tgt_embed = TokenEmbedding(c.tgt_vocab, c.d_model, c.max_len, c.dropout, c.pad_id)
+        self.output = nn.Linear(c.d_model, c.tgt_vocab, bias=False)
+        if c.tie_output:
+            self.output.weight = self.tgt_embed.table.weight
+        else:
+            nn.init.normal_(self.output.weight, std=c.d_model ** -0.5)
+
+    def source_mask(self, src: Tensor) -> Tensor:
+        """``(B, S)`` True where ``src`` holds a real token (not padding)."""
+        return src != self.config.pad_id
+
+    def encode(self, src: Tensor) -> Tensor:
+        """Source tokens ``(B, S)`` -> memory ``(B, S, D)``; padding keys are masked out."""
+        return self.encoder(self.src_embed(src), mask=key_mask(self.source_mask(src)))
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_keep: Tensor) -> Tensor:
+        """Decoder input ``(B, L)`` (starts with SOS), memory ``(B, S, D)`` and its
+        ``(B, S)`` keep-mask -> next-token logits ``(B, L, V)``. Position i sees tgt_in[:i+1]."""
+        x = self.tgt_embed(tgt_in)  # (B, L, D)
+        x = self.decoder(x, mask=causal_padding_mask(tgt_in, self.config.pad_id),
+                         memory=memory, memory_mask=key_mask(src_keep))
+        return self.output(x)  # (B, L, V)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.decode(tgt_in, self.encode(src), self.source_mask(src))
+
+
+# ------------------------------------------------------------------------ decoder-only
+@dataclass
+class GPTConfig:
+    """Sizes of a decoder-only ``GPT`` (output tied to the embedding by default)."""
+
+    vocab_size: int
+    d_model: int = 256
+    num_heads: int = 8
+    num_layers: int = 4
+    d_hidden: int | None = None
+    dropout: float = 0.1
+    norm_first: bool = True
+    max_len: int = 128
+    tie_output: bool = True
+    pad_id: int = 0
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer: ``forward(tokens (B, L)) -> next-token logits (B, L, V)``."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        c = self.config = config
+        self.blocks = TransformerStack(c.num_layers, c.d_model, c.num_heads, c.d_hidden, c.dropout,
+                                       norm_first=c.norm_first, cross=False)
+        _init_linear_weights(self)
+        self.embed = TokenEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.pad_id)
+        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_output:
+            self.output.weight = self.embed.table.weight
+        else:
+            nn.init.normal_(self.output.weight, std=c.d_model ** -0.5)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.blocks(self.embed(tokens), mask=causal_padding_mask(tokens, self.config.pad_id))
+        return self.output(x)  # (B, L, V)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct trainable parameters (a tied weight counts once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
