@@ -17,10 +17,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from filelock import FileLock
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """Tiny models run fastest on one thread (and do not fight over a shared 2-core CI machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 BUILD_TIMEOUT_S = 3600
 LOG_TAIL_LINES = 60
 SPHINX_PROBLEM = re.compile(r"\b(WARNING|ERROR|CRITICAL):")

@@ -11,13 +11,6 @@ from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, causal_
 PAD = 0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def make_model(norm_first, seed=0):
     torch.manual_seed(seed)

@@ -11,14 +11,6 @@ from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 PAD, SOS, EOS = 0, 1, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight over a shared CI machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def random_model(vocab=9, seed=0):
     torch.manual_seed(seed)

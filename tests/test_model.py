@@ -8,14 +8,6 @@ from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, count_p
 PAD = 0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight over a shared CI machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def tiny(norm_first=True, tie=True, seed=0):
     torch.manual_seed(seed)

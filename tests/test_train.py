@@ -21,14 +21,6 @@ from xfl.train import TrainConfig, inverse_sqrt_factor, seq2seq_loss, train
 HERE = Path(__file__).parent
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight over a shared CI machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def test_inverse_sqrt_schedule():
     assert inverse_sqrt_factor(0, 4) == pytest.approx(0.25)

@@ -57,6 +57,17 @@ def _init_linear_weights(module: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
+def output_projection(embedding: "TokenEmbedding", vocab: int, tie: bool) -> nn.Linear:
+    """``(B, L, D) -> (B, L, vocab)`` logits; shares ``embedding``'s table when ``tie``."""
+    d_model = embedding.table.embedding_dim
+    output = nn.Linear(d_model, vocab, bias=False)
+    if tie:
+        output.weight = embedding.table.weight
+    else:
+        nn.init.normal_(output.weight, std=d_model ** -0.5)
+    return output
+
+
 def key_mask(keep: Tensor) -> Tensor:
     """``(B, S)`` True = real token -> ``(B, 1, 1, S)``: a mask over keys for every head and query."""
     return keep[:, None, None, :]
@@ -101,11 +112,7 @@ class Seq2SeqTransformer(nn.Module):
         _init_linear_weights(self)
         self.src_embed = TokenEmbedding(c.src_vocab, c.d_model, c.max_len, c.dropout, c.pad_id)
         self.tgt_embed = TokenEmbedding(c.tgt_vocab, c.d_model, c.max_len, c.dropout, c.pad_id)
-        self.output = nn.Linear(c.d_model, c.tgt_vocab, bias=False)
-        if c.tie_output:
-            self.output.weight = self.tgt_embed.table.weight
-        else:
-            nn.init.normal_(self.output.weight, std=c.d_model ** -0.5)
+        self.output = output_projection(self.tgt_embed, c.tgt_vocab, c.tie_output)
 
     def source_mask(self, src: Tensor) -> Tensor:
         """``(B, S)`` True where ``src`` holds a real token (not padding)."""
@@ -154,11 +161,7 @@ class GPT(nn.Module):
                                        norm_first=c.norm_first, cross=False)
         _init_linear_weights(self)
         self.embed = TokenEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.pad_id)
-        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        if c.tie_output:
-            self.output.weight = self.embed.table.weight
-        else:
-            nn.init.normal_(self.output.weight, std=c.d_model ** -0.5)
+        self.output = output_projection(self.embed, c.vocab_size, c.tie_output)
 
     def forward(self, tokens: Tensor) -> Tensor:
         x = self.blocks(self.embed(tokens), mask=causal_padding_mask(tokens, self.config.pad_id))

@@ -284,7 +284,7 @@ def _batches_from(data, state: TrainState, rank: int, world: int):
         epoch, skip = epoch + 1, 0
 
 
-def _train_step(model, loss_fn, batch, optimizer, scheduler, config, device):
+def train_step(model, loss_fn, batch, optimizer, scheduler, config, device):
     """One optimizer step; returns (loss, target tokens, gradient norm before clipping), the
     loss and norm as tensors (reading them would wait for the GPU)."""
     use_amp = config.amp and device.type == "cuda"
@@ -331,7 +331,7 @@ def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable,
             break
         state.epoch, index, batch = next(batches)
         state.batch_in_epoch = index + 1
-        loss, n_tokens, grad_norm = _train_step(net, loss_fn, _to_device(batch, device), optimizer,
+        loss, n_tokens, grad_norm = train_step(net, loss_fn, _to_device(batch, device), optimizer,
                                                 scheduler, config, device)
         state.step += 1
         window.append((loss, n_tokens))

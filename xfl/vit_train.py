@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .runtime import default_device, seed_everything
-from .train import TrainConfig, _train_step, make_optimizer
+from .train import TrainConfig, train_step, make_optimizer
 
 Transform = Callable[[Tensor], Tensor]
 
@@ -167,7 +167,7 @@ def fit(model: nn.Module, images: Tensor, labels: Tensor, config: ClassifierConf
         if config.channels_last and device.type == "cuda":
             x = x.contiguous(memory_format=torch.channels_last)
         batch = mix_batch(x, labels[index], num_classes, config, generator)
-        return _train_step(net, loss_fn, batch, optimizer, scheduler, _step_config(config), device)[0]
+        return train_step(net, loss_fn, batch, optimizer, scheduler, _step_config(config), device)[0]
 
     result = FitResult()
     for epoch in range(config.epochs):
