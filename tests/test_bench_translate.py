@@ -3,22 +3,16 @@
 Needs the data: CI sets XFL_DATA_MIRROR=../shared/data (see tests/test_data_tatoeba.py).
 """
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import pytest
-import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "translate.py"
+from helpers import load_script
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_translate", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/translate.py", "bench_translate")
 
 
 

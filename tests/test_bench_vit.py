@@ -1,19 +1,14 @@
 """bench/vit.py --smoke: the CIFAR-10 ViT benchmark runs end to end and writes its JSON."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "vit.py"
+from helpers import load_script
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_vit", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/vit.py", "bench_vit")
 
 
 def test_smoke_run_writes_results(tmp_path):

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,6 +19,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
 from conftest import REPO_ROOT, numbered_files, toc_files
+from helpers import local_http_server
 
 pytestmark = pytest.mark.browser
 
@@ -62,13 +62,8 @@ class QuietHandler(SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def book_url(built_book):
     """The built HTML, served on 127.0.0.1 from a thread of this test process."""
-    handler = partial(QuietHandler, directory=str(built_book.html))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with local_http_server(partial(QuietHandler, directory=str(built_book.html))) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
