@@ -83,6 +83,17 @@ def test_vit_shapes():
     assert model.class_token_attention(x).shape == (5, 4, 4, 4)
 
 
+def test_attention_maps_equal_the_step_by_step_weights():
+    model = small_vit().eval()
+    x = torch.randn(2, 3, 16, 16)
+    h, expected = model.tokens(x), []
+    with torch.no_grad():
+        for block in model.encoder.layers:  # Pre-LN: attention sees the normalized input
+            expected.append(block.self_attn(block.residuals[0].norm(h), need_weights=True)[1])
+            h = block(h)
+    torch.testing.assert_close(model.attention_maps(x), torch.stack(expected, dim=1))
+
+
 def test_attention_maps_are_distributions():
     weights = small_vit().attention_maps(torch.randn(2, 3, 16, 16))
     torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .attention_maps import record_attention
 from .blocks import TransformerStack
 
 
@@ -113,17 +114,11 @@ class ViT(nn.Module):
 
     @torch.no_grad()
     def attention_maps(self, images: Tensor) -> Tensor:
-        """Self-attention weights of every layer: ``(B, layers, heads, 1 + N, 1 + N)``.
-
-        Each block is run as usual; its attention sublayer is re-run with ``need_weights``
-        on the same (Pre-LN normalized) input to read the weights.
-        """
-        x, maps = self.tokens(images), []
-        for block in self.encoder.layers:
-            normed = block.residuals[0].norm(x)  # what the Pre-LN attention sublayer sees
-            maps.append(block.self_attn(normed, need_weights=True)[1])
-            x = block(x)
-        return torch.stack(maps, dim=1)
+        """Self-attention weights of every layer: ``(B, layers, heads, 1 + N, 1 + N)``,
+        recorded with :func:`xfl.attention_maps.record_attention` during one forward pass."""
+        with record_attention(self.encoder) as maps:
+            self.encoder(self.tokens(images))
+        return torch.stack([maps[f"layers.{i}.self_attn"] for i in range(len(self.encoder.layers))], dim=1)
 
     def class_token_attention(self, images: Tensor, layer: int = -1) -> Tensor:
         """Attention from the class token to the patches, ``(B, heads, grid, grid)``."""
