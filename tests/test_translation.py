@@ -2,7 +2,7 @@
 
 import torch
 
-from xfl.data.text import PAD, normalize
+from xfl.data.text import PAD, normalize, split_by_english
 from xfl.model import Seq2SeqTransformer
 from xfl.translation import (epoch_batches, heldout_bleu, prepare_task, reference_streams,
                              translate)
@@ -24,15 +24,19 @@ def made_up_pairs(n=300, seed=0):
 
 
 def test_task_splits_by_english_and_keeps_all_references():
-    task = prepare_task(made_up_pairs(), test_fraction=0.2, min_freq=1)
+    pairs = made_up_pairs()
+    held_out = split_by_english(pairs, test_fraction=0.2, seed=0).test[0][0]
+    long_reference = "una traducción mucho más larga que el límite de ocho palabras."
+    pairs += [(held_out, "otra traducción."), (held_out, long_reference)]  # the split is unchanged
+    task = prepare_task(pairs, max_len=8, test_fraction=0.2, min_freq=1, seed=0)
     train_english = {tuple(s) for s, _ in task.train}
     test_english = {tuple(task.src_vocab.encode_text(en)) for en, _ in task.test}
     assert not train_english & test_english  # nothing held out was trained on
-    assert all(len(refs) >= 1 for _, refs in task.test)
-    first = normalize(made_up_pairs()[0][0])
-    for en, refs in task.test:
-        if normalize(en) == first:
-            assert "otra traducción." in refs and len(refs) >= 2
+    references = {normalize(en): refs for en, refs in task.test}
+    assert {"otra traducción.", long_reference} <= set(references[normalize(held_out)])
+    for en, refs in task.test:  # every translation of a test sentence is a reference
+        assert sorted(refs) == sorted(es for e, es in pairs if normalize(e) == normalize(en))
+    assert max(len(s) for s, _ in task.train) <= 8 + 2  # training pairs fit, with SOS/EOS
 
 
 def test_epoch_batches_cover_every_pair_once_and_repeat_per_epoch():

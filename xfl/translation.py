@@ -41,16 +41,19 @@ class TranslationTask:
 
 def prepare_task(pairs: Sequence[tuple[str, str]], max_len: int = 30, test_fraction: float = 0.02,
                  min_freq: int = 2, seed: int = 0, train_limit: int | None = None) -> TranslationTask:
-    """Filter by length, split by English sentence (seeded), build vocabularies from the
-    training side only, encode. ``train_limit`` keeps a seeded random subset of training pairs."""
-    split = split_by_english(filter_by_length(pairs, max_len), test_fraction=test_fraction, seed=seed)
-    train_pairs = split.train
+    """Split by English sentence (seeded), keep training pairs of at most ``max_len`` tokens
+    and test sentences whose English fits (with every reference, however long), build
+    vocabularies from the training side only, encode. ``train_limit`` keeps a seeded random
+    subset of training pairs."""
+    split = split_by_english(pairs, test_fraction=test_fraction, seed=seed)
+    train_pairs = filter_by_length(split.train, max_len)
+    test = [(en, refs) for en, refs in group_references(split.test) if 1 <= len(tokenize(en)) <= max_len]
     if train_limit is not None and train_limit < len(train_pairs):
         train_pairs = random.Random(seed).sample(train_pairs, train_limit)
     src_vocab = Vocab.build((tokenize(en) for en, _ in train_pairs), min_freq=min_freq)
     tgt_vocab = Vocab.build((tokenize(es) for _, es in train_pairs), min_freq=min_freq)
     return TranslationTask(src_vocab, tgt_vocab, encode_pairs(train_pairs, src_vocab, tgt_vocab),
-                           group_references(split.test), max_len)
+                           test, max_len)
 
 
 def epoch_batches(encoded: Sequence, batch_size: int, epoch: int, seed: int = 0, pool: int = 50):
