@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from dataclasses import asdict
@@ -35,6 +33,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from bench.report import device_name, write_results  # noqa: E402
 from xfl.attention import MultiHeadAttention  # noqa: E402
 from xfl.blocks import TransformerStack  # noqa: E402
 from xfl.data.tatoeba import load_pairs  # noqa: E402
@@ -57,12 +56,6 @@ SMOKE = dict(model=dict(d_model=32, num_heads=2, num_encoder_layers=1, num_decod
                         d_hidden=64, dropout=0.1, norm_first=True, tie_output=True),
              train=dict(lr=3e-3, warmup=30, weight_decay=0.01, clip_norm=1.0, log_every=10),
              batch_size=32, label_smoothing=0.1, beam_size=2, train_limit=3000, test_limit=40)
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{device.type} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
 def train_and_score(recipe: dict, budget: float, device: torch.device, progress: bool) -> dict:
@@ -126,8 +119,7 @@ def main(argv=None) -> dict:
     result["attention_speed_cpu"] = attention_speed(repeats)
     result["wall_seconds"] = time.perf_counter() - wall
     result["torch"] = torch.__version__
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    write_results(args.out, result)
     summary = {k: result[k] for k in ("device", "bleu", "parameters", "tokens_per_second", "wall_seconds")}
     summary["decoder_ratio"] = result["decoder_speed_cpu"]["ratio"]
     summary["attention_ratio"] = result["attention_speed_cpu"]["ratio"]

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from dataclasses import asdict
@@ -28,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from bench.report import device_name, write_results  # noqa: E402
 from xfl.data.cifar import augment_batch, load_cifar10, normalize  # noqa: E402
 from xfl.runtime import default_device  # noqa: E402
 from xfl.vit import ViT  # noqa: E402
@@ -50,12 +49,6 @@ def configs(args) -> tuple[dict, ClassifierConfig, int, int]:
                              lr=2e-3, weight_decay=0.05, warmup=0.05, label_smoothing=0.1,
                              mix_prob=0.3, compile=not args.no_compile, device=args.device)
     return GPU_MODEL, train, 0, 0
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{device.type} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
 def run(args) -> dict:
@@ -96,10 +89,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--quiet", action="store_true", help="no per-epoch lines")
     args = parser.parse_args(argv)
     report = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(args.out)
+    write_results(args.out, report)
     print(json.dumps({k: report[k] for k in ("test_accuracy", "epochs", "train_images_per_s",
                                              "wall_seconds", "device")}, indent=2))
     return report

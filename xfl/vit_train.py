@@ -177,8 +177,8 @@ def fit(model: nn.Module, images: Tensor, labels: Tensor, config: ClassifierConf
             result.steps, result.images = result.steps + 1, result.images + len(index)
             if clock(result.steps) >= 1.0:
                 break
+        epoch_losses = torch.stack(losses).float().cpu()  # one GPU sync per epoch, before timing
         result.epochs, result.seconds = epoch + 1, time.perf_counter() - clock.start
-        epoch_losses = torch.stack(losses).float().cpu()  # one GPU sync per epoch
         result.step_losses += epoch_losses.tolist()
         entry = {"epoch": epoch + 1, "loss": float(epoch_losses.mean()),
                  "lr": scheduler.get_last_lr()[0], "seconds": result.seconds}
