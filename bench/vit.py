@@ -7,9 +7,10 @@
 Writes JSON (test accuracy, epochs, images per second, wall time, device, config) to
 ``bench/results/vit.json`` (or ``--out``). Target: >= 90% test accuracy in 10 minutes on
 one H100. The recipe (chapter 7): patch 4, 7 Pre-LN layers of width 256 (ViT-Lite-7/4 of
-Hassani et al., 2021), the whole dataset on the GPU with crop + flip augmentation there,
-MixUp/CutMix on part of the batches, label smoothing, AdamW with a warm-up + cosine schedule
-that follows the clock, bf16 autocast, channels-last batches and torch.compile.
+Hassani et al., 2021), the whole dataset on the GPU with crop + flip and TrivialAugment
+(``xfl.augment``; Müller & Hutter, 2021) there, MixUp/CutMix on part of the batches, label
+smoothing, AdamW with a warm-up + cosine schedule that follows the clock, bf16 autocast,
+channels-last batches and torch.compile.
 Data: XFL_DATA_MIRROR (offline mirror) or a verified download.
 """
 
@@ -20,6 +21,7 @@ import json
 import sys
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -65,7 +67,8 @@ def run(args) -> dict:
     model = ViT(**model_kw)
     log = (lambda e: print(f"epoch {e['epoch']:3d}  loss {e['loss']:.3f}  lr {e['lr']:.2e}  "
                            f"{e['seconds']:.0f}s", flush=True)) if not args.quiet else None
-    result = fit(model, train_x, train_y, config, normalize, augment_batch, on_epoch=log)
+    augment = partial(augment_batch, trivial_augment=True)  # crop, flip, one TrivialAugment op
+    result = fit(model, train_x, train_y, config, normalize, augment, on_epoch=log)
     test_acc = accuracy(predict(model, test_x, normalize), test_y)
     return {
         "test_accuracy": test_acc, "epochs": result.epochs, "steps": result.steps,
@@ -73,7 +76,7 @@ def run(args) -> dict:
         "wall_seconds": time.perf_counter() - wall, "device": device_name(device),
         "smoke": args.smoke, "train_size": len(train_x), "test_size": len(test_x),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "model": model_kw, "config": asdict(config), "torch": torch.__version__,
+        "model": model_kw, "config": asdict(config), "augment": "crop 4 + flip + TrivialAugment", "torch": torch.__version__,
         "final_train_loss": result.history[-1]["loss"],
     }
 

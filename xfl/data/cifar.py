@@ -8,7 +8,8 @@ Public API
 ``channel_stats(images)``, ``check_channel_stats(images)``   measure / verify those numbers.
 ``normalize(images)``            uint8 (or float in [0, 1]) ``(..., 3, H, W)`` -> standardized float32.
 ``random_crop``, ``random_flip``, ``augment_batch``   vectorized, seeded by a ``torch.Generator``,
-                                 on whichever device the images live (the GPU path).
+                                 on whichever device the images live (the GPU path);
+                                 ``augment_batch(..., trivial_augment=True)`` adds ``xfl.augment``.
 ``device_batches(...)``          shuffled, augmented, normalized batches from tensors on a device.
 ``cifar_dataloader(...)``        a ``torch.utils.data.DataLoader`` doing the same on the CPU.
 ``read_batch(path)``             one pickled batch file -> numpy arrays (corrupt file -> ValueError).
@@ -33,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from xfl import augment
 from xfl.data.download import (CIFAR10_TARBALL, DataUnavailableError, cache_dir, fetch,
                                hash_matches, mirror_dir)
 
@@ -213,9 +215,11 @@ def random_flip(images: Tensor, generator: torch.Generator | None = None, p: flo
 
 
 def augment_batch(images: Tensor, generator: torch.Generator | None = None,
-                  padding: int = 4) -> Tensor:
-    """Random crop with ``padding`` and a random horizontal flip, for a whole batch."""
-    return random_flip(random_crop(images, padding, generator), generator)
+                  padding: int = 4, trivial_augment: bool = False) -> Tensor:
+    """Random crop with ``padding`` and a random horizontal flip, for a whole batch; with
+    ``trivial_augment``, then one random TrivialAugment operation per image (``xfl.augment``)."""
+    images = random_flip(random_crop(images, padding, generator), generator)
+    return augment.trivial_augment(images, generator) if trivial_augment else images
 
 
 # ------------------------------------------------------------------- batches
