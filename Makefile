@@ -18,7 +18,7 @@ TIMEOUT     ?= 60
 JOBS    ?= 2
 XFL_FAST ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 1)
 
-.PHONY: book test sync vendor browser-deps exercises exercise-pages grade bench-translate bench-vit clean
+.PHONY: book test sync vendor browser-deps exercises exercise-pages grade bench-translate bench-timings bench-vit clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,9 +69,13 @@ book: $(STAMP) $(VENDOR) exercise-pages
 test: $(STAMP) $(VENDOR) exercise-pages browser-deps
 	XFL_FAST=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests --nbval-lax chapters -p no:cacheprovider
 
-# Benchmarks (meant for a GPU): train within a fixed time budget, write bench/results/*.json
+# Benchmarks: train within a fixed time budget (meant for a GPU), or time on the CPU
+# (bench-timings); each writes bench/results/*.json
 bench-translate: $(STAMP)
 	$(BIN)/python bench/translate.py
+
+bench-timings: $(STAMP)
+	$(BIN)/python bench/translate.py --timings-only
 
 bench-vit: $(STAMP)
 	$(BIN)/python bench/vit.py

@@ -15,7 +15,6 @@ def load_bench():
     return load_script("bench/translate.py", "bench_translate")
 
 
-
 def test_smoke_run_writes_results(tmp_path):
     if not os.environ.get("XFL_DATA_MIRROR"):
         pytest.skip("XFL_DATA_MIRROR is not set (CI points it at ../shared/data)")
@@ -37,3 +36,13 @@ def test_gpu_recipe_is_fixed():
     bench = load_bench()
     assert bench.GPU["model"]["norm_first"] and bench.GPU["model"]["d_model"] == 512
     assert bench.GPU["train_limit"] is None and bench.GPU["test_limit"] is None  # all the data
+
+
+def test_timings_only_skips_training_and_writes_its_own_file(tmp_path):
+    out = tmp_path / "timings.json"
+    bench = load_bench()
+    assert bench.TIMINGS.name == "translate_timings.json" and bench.TIMINGS != bench.RESULTS
+    report = bench.main(["--timings-only", "--smoke", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert "bleu" not in report and report["cpu_threads"] >= 1
+    assert report["decoder_speed_cpu"]["ratio"] > 1.0 and report["attention_speed_cpu"]["ratio"] > 0
