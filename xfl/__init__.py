@@ -13,6 +13,7 @@ Each module holds one idea and links back to the chapter that builds it:
 - ``attention_maps``: recording every attention layer's weights (chapter 6)
 - ``reference``: DLStudio-style reference code kept for comparison (chapter 3)
 - ``vit``, ``vit_train``: the Vision Transformer and its CIFAR-10 training (chapter 7)
+- ``augment``: TrivialAugment on whole image batches, on their device (chapter 7)
 - ``pixel``: inter-pixel attention as in diffusion UNets (chapter 8)
 - ``data``: checksum-verified Tatoeba and CIFAR-10 loaders, text pipeline (the datasets page)
 - ``runtime``: device choice, seeding and the fast profile (every chapter)
