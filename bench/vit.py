@@ -76,7 +76,8 @@ def run(args) -> dict:
         "wall_seconds": time.perf_counter() - wall, "device": device_name(device),
         "smoke": args.smoke, "train_size": len(train_x), "test_size": len(test_x),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "model": model_kw, "config": asdict(config), "augment": "crop 4 + flip + TrivialAugment", "torch": torch.__version__,
+        "model": model_kw, "config": asdict(config), "augment": "crop 4 + flip + TrivialAugment",
+        "torch": torch.__version__,
         "final_train_loss": result.history[-1]["loss"],
     }
 

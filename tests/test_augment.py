@@ -11,18 +11,14 @@ def images(n=4, size=8, seed=0):
     return torch.randint(0, 256, (n, 3, size, size), generator=g, dtype=torch.uint8)
 
 
-def as_float(x):
-    return x.float()
-
-
 @pytest.mark.parametrize("name", [op for op in OPS if op != "autocontrast"])
 def test_magnitude_zero_is_the_identity(name):
-    x = as_float(images())
+    x = images().float()
     torch.testing.assert_close(apply_op(name, x, torch.zeros(len(x))), x)
 
 
 def test_translate_by_one_pixel_shifts_and_fills_with_zeros():
-    x, size = as_float(images(size=8)), 8
+    x, size = images(size=8).float(), 8
     one_pixel = torch.full((len(x),), 1 / (MAX_SHIFT * size))  # magnitude of a 1-pixel shift
     left = apply_op("translate_x", x, one_pixel)
     torch.testing.assert_close(left[..., :-1], x[..., 1:])
@@ -32,13 +28,13 @@ def test_translate_by_one_pixel_shifts_and_fills_with_zeros():
 
 
 def test_rotating_by_ninety_degrees_is_rot90():
-    x = as_float(images(size=8))
+    x = images(size=8).float()
     ninety = torch.full((len(x),), 3.0)  # 3 x MAX_DEGREES (30)
     torch.testing.assert_close(apply_op("rotate", x, ninety), torch.rot90(x, 1, dims=(-2, -1)))
 
 
 def test_full_strength_colour_operations():
-    x = as_float(images())
+    x = images().float()
     ones = torch.ones(len(x))
     torch.testing.assert_close(apply_op("solarize", x, ones), 255 - x)  # threshold 0: all inverted
     torch.testing.assert_close(apply_op("posterize", x, ones), (images().int() & 0xF0).float())
@@ -50,7 +46,7 @@ def test_full_strength_colour_operations():
 
 
 def test_sharpness_keeps_borders_and_flat_images():
-    x = as_float(images())
+    x = images().float()
     blurred = apply_op("sharpness", x, -torch.ones(len(x)) / 0.9)  # factor 0: the smoothed image
     torch.testing.assert_close(blurred[..., 0, :], x[..., 0, :])
     assert not torch.allclose(blurred[..., 1:-1, 1:-1], x[..., 1:-1, 1:-1])
@@ -59,7 +55,7 @@ def test_sharpness_keeps_borders_and_flat_images():
 
 
 def test_autocontrast_stretches_each_channel_to_the_full_range():
-    x = as_float(images()) * 0.5 + 40  # pixels in [40, 167.5]
+    x = images().float() * 0.5 + 40  # pixels in [40, 167.5]
     out = apply_op("autocontrast", x, torch.zeros(len(x)))
     assert torch.all(out.amin((-2, -1)) == 0) and torch.allclose(out.amax((-2, -1)), torch.tensor(255.0))
     flat = torch.full((1, 3, 8, 8), 9.0)
@@ -85,7 +81,7 @@ def test_each_image_gets_one_operation_of_its_own():
     choice = torch.randint(2, (2,), generator=gen)
     magnitude = torch.rand(2, generator=gen) * 2 - 1
     for i in range(2):
-        expected = x[i:i + 1] if choice[i] == 0 else apply_op("solarize", as_float(x[i:i + 1]), magnitude[i:i + 1])
+        expected = x[i:i + 1] if choice[i] == 0 else apply_op("solarize", x[i:i + 1].float(), magnitude[i:i + 1])
         torch.testing.assert_close(out[i:i + 1].float(), expected.float().round())
 
 
