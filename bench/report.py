@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from xfl.files import write_text_atomic
+
 
 def device_name(device: torch.device) -> str:
     """``"NVIDIA H100 80GB HBM3"`` on CUDA; ``"cpu (x86_64, 2 cores)"`` elsewhere."""
@@ -18,8 +20,5 @@ def device_name(device: torch.device) -> str:
 
 
 def write_results(path: Path, results: dict) -> None:
-    """Save ``results`` as indented JSON, atomically: a temporary file, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    """Save ``results`` as indented JSON, atomically (a failed write keeps the old file)."""
+    write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")

@@ -17,7 +17,6 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+
+from xfl.files import atomic_path, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "_build" / "exercises"
@@ -102,22 +103,13 @@ def build_chapter(source: Path, out: Path, run_tests: bool = True) -> dict[str, 
                  "solutions": out / "solutions" / f"{name}.ipynb"}
         for path in paths.values():
             path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write_notebook(student, paths["student"])
-        _atomic_copy(zip_path, paths["autograder"])
-        _atomic_copy(result / "autograder" / f"{name}.ipynb", paths["solutions"])
+        with atomic_path(paths["student"]) as tmp:
+            nbformat.write(student, tmp)
+        for src, dst in ((zip_path, paths["autograder"]),
+                         (result / "autograder" / f"{name}.ipynb", paths["solutions"])):
+            with atomic_path(dst) as tmp:
+                shutil.copyfile(src, tmp)
     return paths
-
-
-def _atomic_copy(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
-
-
-def _atomic_write_notebook(nb: nbformat.NotebookNode, dst: Path) -> None:
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    nbformat.write(nb, tmp)
-    os.replace(tmp, dst)
 
 
 # ---------------------------------------------------------------- the book's pages
@@ -155,9 +147,7 @@ def write_pages(out: Path, pages: Path) -> list[Path]:
         chapter = nb_path.stem.removesuffix("_exercises")
         text = page_markdown(nbformat.read(nb_path, as_version=4), nb_path.name)
         page = pages / f"{chapter}.md"
-        tmp = page.with_name(f".{page.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, page)
+        write_text_atomic(page, text)
         written.append(page)
     return written
 

@@ -37,6 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xfl.files import write_text_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 ANSWER_TAGS = {"otter_answer_cell", "otter_assign_solution_cell"}  # student / solutions notebook
 CHECK_PREFIX = "grader.check("
@@ -281,21 +283,6 @@ def _record(grade: Grade, events: list[dict], cells: list[Cell]) -> None:
 
 
 # ------------------------------------------------------------------------ outputs
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def grades_csv(grades: list[Grade], questions: list[Question]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -333,8 +320,8 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
                "questions": {q.name: q.points for q in questions},
                "students": {g.student: {"scores": g.scores, "notes": g.notes, "cases": g.cases}
                             for g in grades}}
-    write_atomic(output.with_suffix(".json"), json.dumps(details, indent=1))
-    write_atomic(output, grades_csv(grades, questions))
+    write_text_atomic(output.with_suffix(".json"), json.dumps(details, indent=1))
+    write_text_atomic(output, grades_csv(grades, questions))
     return grades
 
 

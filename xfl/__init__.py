@@ -17,6 +17,7 @@ Each module holds one idea and links back to the chapter that builds it:
 - ``pixel``: inter-pixel attention as in diffusion UNets (chapter 8)
 - ``data``: checksum-verified Tatoeba and CIFAR-10 loaders, text pipeline (the datasets page)
 - ``runtime``: device choice, seeding and the fast profile (every chapter)
+- ``files``: atomic writes for checkpoints, results, exercises and grades (no chapter)
 """
 
 __version__ = "0.1.0"

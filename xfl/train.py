@@ -35,6 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .files import atomic_path
 from .runtime import default_device, seed_everything
 
 
@@ -223,18 +224,13 @@ def _set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(path: str, model, optimizer, scheduler, state: TrainState, config: TrainConfig):
-    """Write everything needed to resume, atomically: a temporary file, then ``os.replace``."""
+    """Write everything needed to resume, atomically (``xfl.files``): a crash while saving
+    leaves the previous checkpoint as it was."""
     payload = {"model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
                "scheduler": scheduler.state_dict(), "state": asdict(state),
                "config": asdict(config), "rng": _rng_state()}
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def load_checkpoint(path: str, model, optimizer=None, scheduler=None, map_location="cpu") -> TrainState:
