@@ -39,7 +39,8 @@ from xfl.attention import MultiHeadAttention  # noqa: E402
 from xfl.blocks import TransformerStack  # noqa: E402
 from xfl.data.tatoeba import load_pairs  # noqa: E402
 from xfl.model import Seq2SeqTransformer, count_parameters  # noqa: E402
-from xfl.reference import median_time, time_decoders  # noqa: E402
+from xfl.reference import time_decoders  # noqa: E402
+from xfl.timing import time_call  # noqa: E402
 from xfl.runtime import default_device, seed_everything  # noqa: E402
 from xfl.train import TrainConfig, seq2seq_loss, train  # noqa: E402
 from xfl.translation import epoch_batches, heldout_bleu, prepare_task  # noqa: E402
@@ -97,8 +98,8 @@ def attention_speed(repeats: int) -> dict:
     mine = MultiHeadAttention.from_torch(ref).eval()
     x = torch.randn(50, 32, 256)
     with torch.no_grad():
-        t_ref = median_time(lambda: ref(x, x, x, need_weights=False), repeats)
-        t_mine = median_time(lambda: mine(x), repeats)
+        t_ref = time_call(lambda: ref(x, x, x, need_weights=False), repeats).median_s
+        t_mine = time_call(lambda: mine(x), repeats).median_s
     return {"shape": "B=50, L=32, d=256, 8 heads, self-attention", "torch_s": t_ref, "xfl_s": t_mine,
             "ratio": t_mine / t_ref, "goal_ratio": 1.1}
 

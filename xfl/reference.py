@@ -10,13 +10,11 @@ DLStudio's literal scheme) is a different function: zero rows still take part in
 
 from __future__ import annotations
 
-import time
-from typing import Callable
-
 import torch
 from torch import Tensor, nn
 
 from .attention import causal_mask
+from .timing import time_call
 
 
 def zero_future_rows(x: Tensor, t: int) -> Tensor:
@@ -50,34 +48,6 @@ def causal_decode(stack: nn.Module, x: Tensor, memory: Tensor | None = None,
 
 
 # ------------------------------------------------------------------------- timing
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def median_time(fn: Callable[[], object], repeats: int = 10, warmup: int = 2,
-                device: torch.device | str = "cpu") -> float:
-    """Median wall time of ``fn()`` in seconds over ``repeats`` runs, after ``warmup`` runs.
-
-    Waits for the device (CUDA/MPS) before reading the clock, so queued kernels count.
-    """
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
-    device = torch.device(device)
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        _synchronize(device)
-        start = time.perf_counter()
-        fn()
-        _synchronize(device)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
-
-
 def time_decoders(stack: nn.Module, x: Tensor, memory: Tensor | None = None,
                   repeats: int = 10, warmup: int = 2) -> dict:
     """Forward time (no grad) of the N-pass and the one-pass causal decoder on the same input.
@@ -85,6 +55,6 @@ def time_decoders(stack: nn.Module, x: Tensor, memory: Tensor | None = None,
     Returns ``{"n_pass_s", "causal_s", "ratio"}`` with ratio = n_pass_s / causal_s.
     """
     with torch.no_grad():
-        n_pass = median_time(lambda: n_pass_decode(stack, x, memory), repeats, warmup, x.device)
-        causal = median_time(lambda: causal_decode(stack, x, memory), repeats, warmup, x.device)
+        n_pass = time_call(lambda: n_pass_decode(stack, x, memory), repeats, warmup, x.device).median_s
+        causal = time_call(lambda: causal_decode(stack, x, memory), repeats, warmup, x.device).median_s
     return {"n_pass_s": n_pass, "causal_s": causal, "ratio": n_pass / causal}

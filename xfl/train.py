@@ -3,7 +3,8 @@
 Explained in chapter 5 (chapters/ch05_encoder_decoder/translation.md).
 
 ``train(model, data, loss_fn, config)`` runs AdamW with the inverse-square-root warm-up
-schedule of Vaswani et al. (2017), gradient clipping, bf16 autocast on CUDA, a tqdm bar,
+schedule of Vaswani et al. (2017), gradient clipping, the device's mixed precision
+(``xfl.precision``: bf16 on recent GPUs, fp16 with a gradient scaler on a T4), a tqdm bar,
 per-layer gradient norms, atomic checkpoints and exact resumption. Launched with
 ``torchrun`` it wraps the model in DistributedDataParallel and shards the batches, with no
 change to the calling code.
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .files import atomic_path
+from .precision import Precision, choose_precision
 from .runtime import default_device, seed_everything
 
 
@@ -98,7 +100,7 @@ class TrainConfig:
     betas: tuple = (0.9, 0.98)
     eps: float = 1e-9
     clip_norm: float | None = 1.0  # None = no clipping
-    amp: bool = True  # bf16 autocast, used on CUDA only
+    amp: bool = True  # mixed precision where the device has it (xfl.precision); False = fp32
     seed: int = 0
     log_every: int = 10
     grad_norm_every: int = 0  # record per-layer gradient norms every k steps (0 = never)
@@ -280,17 +282,20 @@ def _batches_from(data, state: TrainState, rank: int, world: int):
         epoch, skip = epoch + 1, 0
 
 
-def train_step(model, loss_fn, batch, optimizer, scheduler, config, device):
-    """One optimizer step; returns (loss, target tokens, gradient norm before clipping), the
-    loss and norm as tensors (reading them would wait for the GPU)."""
-    use_amp = config.amp and device.type == "cuda"
-    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
+def train_step(model, loss_fn, batch, optimizer, scheduler, config, precision: Precision,
+               scaler: torch.amp.GradScaler):
+    """One optimizer step in ``precision`` (fp16 scales the loss with ``scaler``); returns (loss,
+    target tokens, gradient norm before clipping), the loss and norm as tensors (reading them
+    would wait for the GPU). A step whose fp16 gradients overflowed is skipped by the scaler."""
+    with precision.autocast():
         loss, n_tokens = loss_fn(model, batch)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
     max_norm = config.clip_norm if config.clip_norm is not None else float("inf")
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()
+    scaler.step(optimizer)
+    scaler.update()
     scheduler.step()
     return loss.detach(), n_tokens, grad_norm
 
@@ -320,6 +325,8 @@ def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable,
     path, every = config.checkpoint_path, config.checkpoint_every
     bar = tqdm(total=config.steps, initial=state.step, disable=not config.progress or rank != 0,
                desc="train", dynamic_ncols=True)
+    precision = choose_precision(device, amp=config.amp)
+    scaler = precision.grad_scaler()
     window, start, grad_norm = [], time.perf_counter(), None
     batches = _batches_from(data, state, rank, world)
     while state.step < config.steps:
@@ -328,7 +335,7 @@ def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable,
         state.epoch, index, batch = next(batches)
         state.batch_in_epoch = index + 1
         loss, n_tokens, grad_norm = train_step(net, loss_fn, _to_device(batch, device), optimizer,
-                                                scheduler, config, device)
+                                                scheduler, config, precision, scaler)
         state.step += 1
         window.append((loss, n_tokens))
         if config.grad_norm_every and state.step % config.grad_norm_every == 0:

@@ -4,7 +4,7 @@
 The whole dataset lives on the device as uint8 ``(N, C, H, W)``; every batch is augmented
 there (no data-loader workers), optionally mixed (MixUp or CutMix), and trained with
 label smoothing, AdamW and a warm-up + cosine schedule. The optimizer step itself
-(bf16 autocast on CUDA only, gradient clipping) is ``xfl.train``'s. The schedule can follow
+(the device's mixed precision, gradient clipping) is ``xfl.train``'s. The schedule can follow
 the step count or the clock: with ``time_budget_s`` it is a function of elapsed time, so a
 run ends on time with the learning rate at zero.
 """
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .precision import choose_precision
 from .runtime import default_device, seed_everything
 from .train import TrainConfig, train_step, make_optimizer
 
@@ -41,8 +42,8 @@ class ClassifierConfig:
     mixup_alpha: float = 0.8
     cutmix_alpha: float = 1.0
     clip_norm: float | None = 1.0
-    amp: bool = True  # bf16 autocast, CUDA only
-    compile: bool = False  # torch.compile the model (CUDA only)
+    amp: bool = True  # mixed precision where the device has it (xfl.precision); False = fp32
+    compile: bool = True  # torch.compile where xfl.precision says it works (bf16 on CUDA >= 8.0)
     channels_last: bool = True  # memory format of the batches on CUDA
     seed: int = 0
     device: str | None = None
@@ -153,7 +154,9 @@ def fit(model: nn.Module, images: Tensor, labels: Tensor, config: ClassifierConf
     device = torch.device(config.device) if config.device else default_device()
     seed_everything(config.seed)
     model.to(device).train()
-    net = torch.compile(model) if config.compile and device.type == "cuda" else model
+    precision = choose_precision(device, amp=config.amp)
+    scaler = precision.grad_scaler()
+    net = torch.compile(model) if config.compile and precision.compile else model
     images, labels = images.to(device), labels.to(device)
     optimizer, _ = make_optimizer(model, _step_config(config))
     steps_per_epoch = len(_batches(len(images), config.batch_size, 0, config.seed, "cpu"))
@@ -167,7 +170,8 @@ def fit(model: nn.Module, images: Tensor, labels: Tensor, config: ClassifierConf
         if config.channels_last and device.type == "cuda":
             x = x.contiguous(memory_format=torch.channels_last)
         batch = mix_batch(x, labels[index], num_classes, config, generator)
-        return train_step(net, loss_fn, batch, optimizer, scheduler, _step_config(config), device)[0]
+        return train_step(net, loss_fn, batch, optimizer, scheduler, _step_config(config), precision,
+                          scaler)[0]
 
     result = FitResult()
     for epoch in range(config.epochs):
@@ -197,10 +201,10 @@ def predict(model: nn.Module, images: Tensor, normalize: Transform, batch_size: 
     """Predicted classes ``(N,)`` (on the CPU) of uint8 ``images (N, C, H, W)``."""
     model.eval()
     device = next(model.parameters()).device
-    use_amp = amp and device.type == "cuda"
+    precision = choose_precision(device, amp=amp)
     out = []
     for batch in images.split(batch_size):
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
+        with precision.autocast():
             out.append(model(normalize(batch.to(device))).argmax(-1).cpu())
     return torch.cat(out)
 
