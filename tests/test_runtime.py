@@ -7,16 +7,39 @@ from xfl import runtime
 
 
 @pytest.mark.parametrize("value, fast", [("1", True), ("true", True), ("ON", True),
-                                         ("0", False), ("", False), ("off", False)])
+                                         ("0", False), ("off", False), (" no ", False)])
 def test_fast_profile_reads_env(monkeypatch, value, fast):
     monkeypatch.setenv("XFL_FAST", value)
     assert runtime.fast_profile() is fast
     assert runtime.pick(full=100, fast=3) == (3 if fast else 100)
 
 
-def test_fast_profile_unset_is_full(monkeypatch):
-    monkeypatch.delenv("XFL_FAST", raising=False)
-    assert runtime.fast_profile() is False
+@pytest.mark.parametrize("value", [None, "", "  "])
+@pytest.mark.parametrize("device, fast", [("cuda", False), ("mps", True), ("cpu", True)])
+def test_unset_profile_follows_the_device(monkeypatch, value, device, fast):
+    """Full profile on a CUDA GPU only: a laptop or a CPU-only Colab runtime gets the fast one."""
+    if value is None:
+        monkeypatch.delenv("XFL_FAST", raising=False)
+    else:
+        monkeypatch.setenv("XFL_FAST", value)
+    monkeypatch.setattr(runtime, "default_device", lambda: torch.device(device))
+    assert runtime.fast_profile() is fast
+
+
+@pytest.mark.parametrize("value, device, expected", [
+    (None, "cpu", "xfl: fast profile (no CUDA GPU) on cpu; expected run time about 2 min on a 2-core CPU"),
+    (None, "cuda", "xfl: full profile (CUDA GPU found) on cuda; expected run time about 15 min on a T4 "
+                   "(estimate), less on newer GPUs"),
+    ("1", "cuda", "xfl: fast profile (XFL_FAST=1) on cuda; expected run time about 2 min on a 2-core CPU"),
+    ("0", "cpu", "xfl: full profile (XFL_FAST=0) on cpu; expected run time the full profile is meant for "
+                 "a GPU (about 15 min on a T4): far longer here")])
+def test_run_banner_names_profile_device_and_time(monkeypatch, value, device, expected):
+    if value is None:
+        monkeypatch.delenv("XFL_FAST", raising=False)
+    else:
+        monkeypatch.setenv("XFL_FAST", value)
+    monkeypatch.setattr(runtime, "default_device", lambda: torch.device(device))
+    assert runtime.run_banner(fast_minutes=2, t4_minutes=15) == expected
 
 
 def test_fast_profile_rejects_garbage(monkeypatch):
