@@ -1,0 +1,40 @@
+"""tools/book_config: the full profile gets a longer cell timeout; without npm, the CDN scripts."""
+
+import pytest
+import yaml
+
+from tools import book_config
+from tools.book_config import FULL_PROFILE_CELL_TIMEOUT_S, VENDORED_KEYS
+
+from conftest import load_config
+
+
+def test_fast_vendored_build_is_the_config_itself():
+    base = load_config()
+    assert book_config.book_config(base, fast=True, vendored=True) == base
+    assert 60 <= base["execute"]["timeout"] <= 900, "a hang must fail within minutes"
+
+
+def test_full_profile_waits_longer_per_cell():
+    config = book_config.book_config(load_config(), fast=False, vendored=True)
+    assert config["execute"]["timeout"] == FULL_PROFILE_CELL_TIMEOUT_S > load_config()["execute"]["timeout"]
+
+
+def test_without_npm_the_scripts_come_from_their_cdns():
+    base = load_config()
+    config = book_config.book_config(base, fast=True, vendored=False)
+    assert all(key in base["sphinx"]["config"] for key in VENDORED_KEYS)
+    assert not any(key in config["sphinx"]["config"] for key in VENDORED_KEYS)
+    assert config["bibtex_bibfiles"] == base["bibtex_bibfiles"]  # the rest is unchanged
+    assert base["sphinx"]["config"]["html_static_path"] == ["book/vendor"]  # the input is untouched
+
+
+@pytest.mark.parametrize("fast, timeout", [("1", None), ("0", FULL_PROFILE_CELL_TIMEOUT_S)])
+def test_written_file_follows_the_profile(tmp_path, monkeypatch, fast, timeout):
+    monkeypatch.setenv("XFL_FAST", fast)
+    out = tmp_path / "book_config.yml"
+    assert book_config.main(["--assets", "cdn", "-o", str(out)]) == 0
+    written = yaml.safe_load(out.read_text(encoding="utf-8"))
+    assert written["execute"]["timeout"] == (timeout or load_config()["execute"]["timeout"])
+    assert "mathjax_path" not in written["sphinx"]["config"]
+    assert list(tmp_path.iterdir()) == [out]  # written atomically: no temporary file left
