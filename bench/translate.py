@@ -39,7 +39,7 @@ from xfl.attention import MultiHeadAttention  # noqa: E402
 from xfl.blocks import TransformerStack  # noqa: E402
 from xfl.data.tatoeba import load_pairs  # noqa: E402
 from xfl.model import Seq2SeqTransformer, count_parameters  # noqa: E402
-from xfl.reference import time_decoders  # noqa: E402
+from xfl.lecture import time_decoders  # noqa: E402
 from xfl.timing import time_call  # noqa: E402
 from xfl.runtime import default_device, seed_everything  # noqa: E402
 from xfl.train import TrainConfig, seq2seq_loss, train  # noqa: E402

@@ -1,10 +1,10 @@
-"""xfl.reference: the DLStudio-style N-pass decoder equals one causal pass; timing both."""
+"""xfl.lecture: the lecture's N-pass decoders against one causal pass; timing both."""
 
 import pytest
 import torch
 
 from xfl.blocks import TransformerStack
-from xfl.reference import causal_decode, n_pass_decode, time_decoders, zero_future_rows
+from xfl.lecture import causal_decode, lecture_decode, n_pass_decode, time_decoders, zero_future_rows
 
 
 def make_stack(norm_first, cross):
@@ -22,7 +22,7 @@ def test_n_pass_equals_one_causal_pass(norm_first, cross):
 
 
 def test_zeroing_rows_alone_is_a_different_function():
-    """DLStudio's literal scheme: zeroed rows still receive attention weight."""
+    """Zeroed rows without a mask still receive attention weight."""
     stack, x = make_stack(True, False), torch.randn(3, 7, 32)
     gap = (n_pass_decode(stack, x, hide_future_keys=False) - causal_decode(stack, x)).abs().max()
     assert gap > 1e-2
@@ -44,3 +44,23 @@ def test_errors_and_decoder_timings():
         n_pass_decode(make_stack(True, False), torch.randn(7, 32))
     result = time_decoders(make_stack(True, False), torch.randn(2, 4, 32), repeats=2, warmup=0)
     assert set(result) == {"n_pass_s", "causal_s", "ratio"} and result["causal_s"] > 0
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_lecture_decode_reads_only_earlier_rows(cross):
+    """Word t's row depends on input rows 0..t-1 only, and the scheme differs from a causal pass."""
+    stack, x = make_stack(False, cross), torch.randn(3, 7, 32)
+    memory = torch.randn(3, 5, 32) if cross else None
+    out = lecture_decode(stack, x, memory)
+    assert out.shape == (3, 6, 32)
+    x2 = x.clone()
+    x2[:, 4:] = torch.randn(3, 3, 32)  # rewrite rows 4.. : predictions of words 1..4 unchanged
+    torch.testing.assert_close(lecture_decode(stack, x2, memory)[:, :4], out[:, :4])
+    assert not torch.allclose(lecture_decode(stack, x2, memory)[:, 4:], out[:, 4:])
+    shifted = causal_decode(stack, x, memory)[:, :-1]  # row t-1 sees rows 0..t-1, too
+    assert (out - shifted).abs().max() > 1e-2
+
+
+def test_lecture_decode_rejects_2d_input():
+    with pytest.raises(ValueError, match=r"\(B, L, D\)"):
+        lecture_decode(make_stack(True, False), torch.randn(7, 32))

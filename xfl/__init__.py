@@ -11,7 +11,7 @@ Each module holds one idea and links back to the chapter that builds it:
 - ``translation``: the Tatoeba English-Spanish task and held-out BLEU (chapters 5, 6)
 - ``bleu``: BLEU from clipped n-gram precision and the brevity penalty (chapter 6)
 - ``attention_maps``: recording every attention layer's weights (chapter 6)
-- ``reference``: DLStudio-style reference code kept for comparison (chapter 3)
+- ``lecture``: the lecture's decoding scheme (one decoder pass per target word), for comparison (chapter 3)
 - ``vit``, ``vit_train``: the Vision Transformer and its CIFAR-10 training (chapter 7)
 - ``augment``: TrivialAugment on whole image batches, on their device (chapter 7)
 - ``pixel``: inter-pixel attention as in diffusion UNets (chapter 8)

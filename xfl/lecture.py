@@ -1,11 +1,15 @@
-"""A DLStudio-style decoder that re-runs the whole stack once per target position (chapter 3).
+"""The lecture's decoding scheme, one full decoder pass per target word (chapter 3).
 
-This is a teaching reference, not something to train with. DLStudio's decoder hides the
-future by zeroing the input rows after position t and running every layer again for each t,
-so a length-L target costs L full passes. One pass with a causal mask computes the same
-outputs (``n_pass_decode(..., hide_future_keys=True)`` equals ``stack(x, causal_mask(L))``,
-tested in ``tests/test_reference.py``). Zeroing rows alone (``hide_future_keys=False``,
-DLStudio's literal scheme) is a different function: zero rows still take part in attention.
+Teaching references, not something to train with. The decoder of Kak & Bouman's lecture and
+of DLStudio 2.5.8 (``MasterDecoderWithMasking``) hides the future by zeroing target rows and
+running the whole stack once per target position t, so a length-L target costs L passes:
+
+- ``lecture_decode`` reproduces that scheme: for t = 1 .. L-1 it zeroes rows t.. of the input,
+  zeroes them again at every block's input (DLStudio 2.5.8's ``BasicDecoderWithMasking``),
+  runs the blocks without an attention mask and reads word t's prediction from row t.
+- ``n_pass_decode`` keeps the N passes but predicts from row t with rows 0..t visible (the
+  shifted-target convention of this book); with ``hide_future_keys`` each pass also uses the
+  causal mask, and then it equals one causal pass (tested in ``tests/test_lecture.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ def n_pass_decode(stack: nn.Module, x: Tensor, memory: Tensor | None = None,
 
     Pass t zeroes the input rows after t and keeps output row t. With ``hide_future_keys``
     every pass also uses the causal mask (so the result equals one causal pass); without it,
-    attention is unmasked, as in DLStudio. ``stack`` is called as
+    attention is unmasked, as in the lecture. ``stack`` is called as
     ``stack(x, mask, memory, memory_mask)`` (an ``xfl.blocks.TransformerStack``).
     Returns ``(B, L, D)``.
     """
@@ -39,6 +43,23 @@ def n_pass_decode(stack: nn.Module, x: Tensor, memory: Tensor | None = None,
     mask = causal_mask(L, device=x.device) if hide_future_keys else None
     rows = [stack(zero_future_rows(x, t), mask, memory, memory_mask)[:, t] for t in range(L)]  # L x (B, D)
     return torch.stack(rows, dim=1)  # (B, L, D)
+
+
+def lecture_decode(stack: nn.Module, x: Tensor, memory: Tensor | None = None) -> Tensor:
+    """The lecture's scheme on ``x`` ``(B, L, D)``: pass t zeroes rows >= t at every block's input.
+
+    ``stack`` is an ``xfl.blocks.TransformerStack`` (its blocks are run one by one, unmasked).
+    Returns ``(B, L - 1, D)``: row t - 1 is pass t's output row t, from which word t is predicted.
+    """
+    if x.ndim != 3:
+        raise ValueError(f"x must be (B, L, D), got shape {tuple(x.shape)}")
+    rows = []
+    for t in range(1, x.shape[1]):
+        h = x
+        for layer in stack.layers:
+            h = layer(zero_future_rows(h, t - 1), None, memory)  # rows t.. zeroed again
+        rows.append(stack.final_norm(h)[:, t])  # (B, D)
+    return torch.stack(rows, dim=1)  # (B, L - 1, D)
 
 
 def causal_decode(stack: nn.Module, x: Tensor, memory: Tensor | None = None,
