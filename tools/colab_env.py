@@ -1,0 +1,89 @@
+"""A Colab-like Python environment: only what Colab preinstalls, plus what a chapter installs.
+
+The chapters' first cell runs ``%pip install -q "xfl @ git+<repository>"`` on Colab. This tool
+builds a virtual environment holding Colab's preinstalled packages (the list below), cached
+between runs in ``.venv-colab/`` (or ``$XFL_COLAB_ENV``) and rebuilt only when the list changes,
+then installs exactly
+the requirements of that first cell, with the repository URL replaced by this checkout. The
+test suite then runs every chapter in it (``tests/test_colab.py``).
+
+Usage (from the repository root):
+    python -m tools.colab_env        # create or update .venv-colab, print its python
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_ENV = Path(os.environ.get("XFL_COLAB_ENV", ROOT / ".venv-colab"))
+
+# What Colab preinstalls and the chapters use (checked 2026-11: ../shared/TOOLING.md). torch and
+# torchvision are whatever pip picks, as Colab ships recent releases; ipywidgets is Colab's 7.7.1;
+# ipykernel runs the notebooks (<7: see requirements-dev.txt).
+COLAB_PREINSTALLED = ["torch", "torchvision", "numpy", "pandas", "matplotlib", "seaborn",
+                      "ipywidgets==7.7.1", "tqdm", "nltk", "scipy", "ipykernel<7"]
+PIP_INSTALL = re.compile(r"^\s*%pip install (.+)$", re.M)
+GIT_REQUIREMENT = re.compile(r"git\+\S+?(?=[\"'\s]|$)")
+
+
+def python_of(env: Path) -> Path:
+    return env / "bin" / "python"
+
+
+def _pip(env: Path, *args: str) -> None:
+    subprocess.run([str(python_of(env)), "-m", "pip", "--disable-pip-version-check", *args], check=True)
+
+
+def ensure_preinstalled(env: Path = DEFAULT_ENV) -> Path:
+    """Create ``env`` with Colab's preinstalled packages unless it already holds exactly them."""
+    spec = json.dumps({"python": sys.version_info[:2], "packages": COLAB_PREINSTALLED})
+    stamp = env / ".colab-spec"
+    if stamp.exists() and stamp.read_text() == spec and python_of(env).exists():
+        return python_of(env)
+    stamp.unlink(missing_ok=True)  # a half-built environment is never taken for a finished one
+    venv.EnvBuilder(clear=True, with_pip=True).create(env)
+    _pip(env, "install", "-q", *COLAB_PREINSTALLED)
+    stamp.write_text(spec)
+    return python_of(env)
+
+
+def first_cell_requirements(notebook: Path, checkout: Path = ROOT) -> list[str]:
+    """The requirements a chapter's first code cell installs, with its git URL pointing at
+    ``checkout`` (``xfl @ git+https://...`` -> ``xfl @ file:///...``)."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    first = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+    match = PIP_INSTALL.search(first)
+    if match is None:
+        raise ValueError(f"the first code cell of {notebook} runs no `%pip install`:\n{first}")
+    args = [a for a in shlex.split(match.group(1)) if not a.startswith("-")]
+    return [GIT_REQUIREMENT.sub(checkout.resolve().as_uri(), a) for a in args]
+
+
+def installed_versions(env: Path) -> dict[str, str]:
+    """``{name: version}`` of every package in ``env``, names lower-cased."""
+    out = subprocess.run([str(python_of(env)), "-m", "pip", "list", "--format=json",
+                          "--disable-pip-version-check"], check=True, capture_output=True, text=True)
+    return {p["name"].lower(): p["version"] for p in json.loads(out.stdout)}
+
+
+def install_chapter_requirements(env: Path, requirements: list[str]) -> None:
+    """Install what the first cell installs, as on Colab (this checkout's xfl, fresh each time)."""
+    _pip(env, "uninstall", "-q", "-y", "xfl")
+    _pip(env, "install", "-q", *requirements)
+
+
+def main() -> int:
+    print(ensure_preinstalled())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
