@@ -1,0 +1,73 @@
+"""How long xfl.bpe takes to learn merges on all of Tatoeba (English and Spanish, case kept).
+
+    python -m bench.bpe [--merges 8000] [--repeats 3] [--subword-nmt]
+
+Prints the median wall time of ``train_bpe`` over ``--repeats`` runs and writes
+``bench/results/bpe.json`` atomically. ``--subword-nmt`` also times subword-nmt's ``learn_bpe``
+(0.3.8) on the same words once and records whether the two learned the same merges.
+Sentence pairs from www.manythings.org/anki and tatoeba.org (CC-BY 2.0 FR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from xfl.bpe import pretokenize, train_bpe
+from xfl.data.tatoeba import ATTRIBUTION, load_pairs
+from xfl.files import write_text_atomic
+from xfl.timing import time_call
+
+RESULTS = Path(__file__).resolve().parent / "results" / "bpe.json"
+
+
+def subword_nmt_run(sentences: list[str], merges: int) -> tuple[float, list[tuple[str, str]]]:
+    """Seconds and merges of subword-nmt's ``learn_bpe`` on the same words (one run)."""
+    from subword_nmt.learn_bpe import learn_bpe
+
+    text = "".join(" ".join(pretokenize(s)) + "\n" for s in sentences)
+    out = io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stderr(io.StringIO()):  # its progress bar
+        learn_bpe(io.StringIO(text), out, merges)
+    seconds = time.perf_counter() - start
+    return seconds, [tuple(line.split(" ")) for line in out.getvalue().splitlines()[1:]]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--merges", type=int, default=8000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--subword-nmt", action="store_true", help="also time subword-nmt")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    sentences = [text for pair in load_pairs() for text in pair]
+    learned = []
+    timing = time_call(lambda: learned.append(train_bpe(sentences, args.merges)),
+                       repeats=args.repeats, warmup=0)
+    bpe = learned[-1]
+    results = {"what": "xfl.bpe.train_bpe on all of Tatoeba (English + Spanish, case kept)",
+               "sentences": len(sentences), "merges": len(bpe.merges), "vocab": len(bpe),
+               "train_seconds_median": round(timing.median_s, 2),
+               "train_seconds_spread": round(timing.spread_s, 2), "repeats": timing.repeats,
+               "device": f"cpu ({platform.processor() or platform.machine()}, "
+                         f"{os.cpu_count()} cores, OMP_NUM_THREADS="
+                         f"{os.environ.get('OMP_NUM_THREADS', 'unset')})",
+               "python": platform.python_version(), "data": ATTRIBUTION}
+    if args.subword_nmt:
+        seconds, reference = subword_nmt_run(sentences, args.merges)
+        results.update(subword_nmt_seconds=round(seconds, 2),
+                       same_merges_as_subword_nmt=reference == bpe.merges)
+    print(json.dumps(results, indent=2, ensure_ascii=False))
+    write_text_atomic(args.out, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()
