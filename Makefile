@@ -80,13 +80,13 @@ test: $(STAMP) $(VENDOR) exercise-pages browser-deps
 # Benchmarks: train within a fixed time budget (meant for a GPU), or time on the CPU
 # (bench-timings); each writes bench/results/*.json
 bench-translate: $(STAMP)
-	$(BIN)/python bench/translate.py
+	$(BIN)/python -m bench.translate
 
 bench-timings: $(STAMP)
-	$(BIN)/python bench/translate.py --timings-only
+	$(BIN)/python -m bench.translate --timings-only
 
 bench-vit: $(STAMP)
-	$(BIN)/python bench/vit.py
+	$(BIN)/python -m bench.vit
 
 clean:
 	rm -rf _build book/vendor book/js/node_modules book/exercises

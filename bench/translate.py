@@ -1,9 +1,9 @@
 """Train an English -> Spanish transformer on Tatoeba within a fixed time budget, score it.
 
-    python bench/translate.py                 # the GPU run: 600 s of training, then BLEU
-    python bench/translate.py --budget 300    # another training budget (seconds)
-    python bench/translate.py --smoke         # CPU smoke run on a small subset (about 30 s)
-    python bench/translate.py --timings-only  # only the two CPU timings below (no training)
+    python -m bench.translate                 # the GPU run: 600 s of training, then BLEU
+    python -m bench.translate --budget 300    # another training budget (seconds)
+    python -m bench.translate --smoke         # CPU smoke run on a small subset (about 30 s)
+    python -m bench.translate --timings-only  # only the two CPU timings below (no training)
 
 Writes JSON to ``bench/results/translate.json`` (or ``--out``): held-out multi-reference
 sacreBLEU (detokenized hypotheses, raw references, case-insensitive), parameters, training
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import asdict
 from functools import partial
@@ -32,18 +31,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
-
-from bench.report import device_name, write_results  # noqa: E402
-from xfl.attention import MultiHeadAttention  # noqa: E402
-from xfl.blocks import TransformerStack  # noqa: E402
-from xfl.data.tatoeba import load_pairs  # noqa: E402
-from xfl.model import Seq2SeqTransformer, count_parameters  # noqa: E402
-from xfl.lecture import time_decoders  # noqa: E402
-from xfl.timing import time_call  # noqa: E402
-from xfl.runtime import default_device, seed_everything  # noqa: E402
-from xfl.train import TrainConfig, seq2seq_loss, train  # noqa: E402
-from xfl.translation import epoch_batches, heldout_bleu, prepare_task  # noqa: E402
+from bench.report import device_name, write_results
+from xfl.attention import MultiHeadAttention
+from xfl.blocks import TransformerStack
+from xfl.data.tatoeba import load_pairs
+from xfl.model import Seq2SeqTransformer, count_parameters
+from xfl.lecture import time_decoders
+from xfl.timing import time_call
+from xfl.runtime import default_device, seed_everything
+from xfl.train import TrainConfig, seq2seq_loss, train
+from xfl.translation import epoch_batches, heldout_bleu, prepare_task
 
 RESULTS = Path(__file__).resolve().parent / "results" / "translate.json"
 TIMINGS = RESULTS.with_name("translate_timings.json")  # --timings-only: the CPU goals alone
@@ -75,7 +72,8 @@ def train_and_score(recipe: dict, budget: float, device: torch.device, progress:
     return {"bleu": score["bleu"], "bleu_signature": score["signature"],
             "test_sentences": score["sentences"], "examples": score["examples"],
             "parameters": count_parameters(model), "steps": state.step, "epochs": state.epoch,
-            "train_seconds": state.seconds, "train_tokens": state.tokens,
+            "train_seconds": state.seconds, "compile_seconds": state.compile_seconds,
+            "train_tokens": state.tokens,
             "tokens_per_second": state.tokens / state.seconds, "final_loss": state.history[-1]["loss"],
             "decode_seconds": time.perf_counter() - start, "train_pairs": len(task.train),
             "vocab": {"english": len(task.src_vocab), "spanish": len(task.tgt_vocab)},

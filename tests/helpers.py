@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
+import sys
 import threading
 from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
@@ -11,12 +12,12 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_script(relative_path: str, name: str):
-    """Import a script of the repository (e.g. ``bench/vit.py``) as a module called ``name``."""
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / relative_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def import_bench(name: str):
+    """The benchmark module ``bench.<name>``, imported as ``python -m bench.<name>`` runs it
+    (from the repository root, wherever pytest was started)."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    return importlib.import_module(f"bench.{name}")
 
 
 @contextmanager

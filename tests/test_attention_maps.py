@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from xfl.attention_maps import record_attention, seq2seq_attention_maps
-from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, causal_padding_mask, key_mask
+from xfl.attention import causal_padding_mask, key_mask
+from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 
 PAD = 0
 

@@ -1,9 +1,11 @@
-"""xfl.augment: each TrivialAugment operation against its definition, and the batch sampler."""
+"""xfl.augment: crop and flip, each TrivialAugment operation against its definition, the batch
+sampler, and MixUp/CutMix targets that match the mixed pixels."""
 
 import pytest
 import torch
 
-from xfl.augment import MAX_SHIFT, OPS, apply_op, grayscale, trivial_augment
+from xfl.augment import (MAX_SHIFT, OPS, apply_op, augment_batch, grayscale, mix_batch, random_crop,
+                         random_flip, trivial_augment)
 
 
 def images(n=4, size=8, seed=0):
@@ -97,10 +99,68 @@ def test_unknown_operation_is_named():
         apply_op("blur", torch.zeros(1, 3, 4, 4), torch.zeros(1))
 
 
-def test_cifar_augment_batch_adds_it_after_crop_and_flip():
-    from xfl.data.cifar import augment_batch
-
+def test_augment_batch_adds_it_after_crop_and_flip():
     x = images(n=16, size=32)
-    out = augment_batch(x, torch.Generator().manual_seed(5), trivial_augment=True)
+    out = augment_batch(x, torch.Generator().manual_seed(5), trivial=True)
     g = torch.Generator().manual_seed(5)
     assert torch.equal(out, trivial_augment(augment_batch(x, g), g))
+
+
+# ------------------------------------------------------------------- crop and flip
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def test_crop_keeps_shape_dtype_and_cuts_a_window():
+    x = images(6, size=32)
+    out = random_crop(x, padding=4, generator=gen())
+    assert out.shape == x.shape and out.dtype == x.dtype
+    padded = torch.nn.functional.pad(x, (4,) * 4)
+    for b in range(x.shape[0]):  # every output is some 32x32 window of the padded image
+        windows = [padded[b, :, i:i + 32, j:j + 32] for i in range(9) for j in range(9)]
+        assert any(torch.equal(out[b], w) for w in windows)
+    assert torch.equal(random_crop(x, padding=0, generator=gen()), x)
+
+
+def test_flip_twice_with_the_same_seed_is_identity():
+    x = images(16, size=32)
+    once = random_flip(x, gen(5))
+    assert not torch.equal(once, x)  # 16 coin flips: some image was mirrored
+    assert torch.equal(random_flip(once, gen(5)), x)
+    assert torch.equal(random_flip(x, gen(), p=1.0), x.flip(-1))
+    assert torch.equal(random_flip(x, gen(), p=0.0), x)
+
+
+def test_augmentation_is_seeded_and_works_on_floats():
+    x = images(32, size=32)
+    assert torch.equal(augment_batch(x, gen(1)), augment_batch(x, gen(1)))
+    assert not torch.equal(augment_batch(x, gen(1)), augment_batch(x, gen(2)))
+    out = augment_batch(x.float(), gen(1))
+    assert out.dtype == torch.float32
+    assert torch.equal(out, augment_batch(x, gen(1)).float())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_augmentation_on_the_gpu_matches_the_cpu():
+    x = images(32, size=32)
+    assert torch.equal(augment_batch(x.cuda(), gen(3)).cpu(), augment_batch(x, gen(3)))
+
+
+# -------------------------------------------------------------------------- mixing
+@pytest.mark.parametrize("seed", range(6))
+def test_mixed_targets_are_distributions_matching_the_pixels(seed):
+    torch.manual_seed(seed)  # the mixing weight comes from the device's global generator
+    images = torch.stack([torch.full((3, 8, 8), float(i)) for i in range(4)])  # image i is all i
+    labels = torch.tensor([0, 1, 2, 3])
+    mixed, targets = mix_batch(images, labels, 4, 1.0, generator=torch.Generator().manual_seed(seed))
+    torch.testing.assert_close(targets.sum(-1), torch.ones(4))
+    for b in range(4):  # the pixel mean of a mixed image equals its target-weighted label
+        expected = (targets[b] * torch.arange(4.0)).sum()
+        torch.testing.assert_close(mixed[b].mean(), expected)
+
+
+def test_no_mixing_gives_one_hot():
+    images, labels = torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 1])
+    out, targets = mix_batch(images, labels, 3, 0.0, generator=torch.Generator())
+    assert out is images
+    assert torch.equal(targets.argmax(-1), labels) and torch.equal(targets.sum(-1), torch.ones(4))

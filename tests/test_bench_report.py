@@ -1,15 +1,15 @@
-"""bench/report.py: the device line and the atomic results file shared by the benchmarks."""
+"""bench.report: the device line and the atomic results file shared by the benchmarks."""
 
 import json
 
 import pytest
 import torch
 
-from helpers import load_script
+from helpers import import_bench
 
 
 def load_report():
-    return load_script("bench/report.py", "bench_report")
+    return import_bench("report")
 
 
 def test_results_round_trip_and_leave_no_temporary_file(tmp_path):

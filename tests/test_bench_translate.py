@@ -1,4 +1,4 @@
-"""bench/translate.py --smoke: trains on a Tatoeba subset, scores BLEU, times the decoders.
+"""python -m bench.translate --smoke: trains on a Tatoeba subset, scores BLEU, times the decoders.
 
 Needs the data: CI sets XFL_DATA_MIRROR=../shared/data (see tests/test_data_tatoeba.py).
 """
@@ -8,11 +8,11 @@ import os
 
 import pytest
 
-from helpers import load_script
+from helpers import import_bench
 
 
 def load_bench():
-    return load_script("bench/translate.py", "bench_translate")
+    return import_bench("translate")
 
 
 def test_smoke_run_writes_results(tmp_path):

@@ -4,24 +4,10 @@ import pytest
 import torch
 from torch import nn
 
-from xfl.attention import MultiHeadAttention, causal_mask, padding_mask
+from xfl.attention import causal_mask, padding_mask
 from xfl.blocks import TransformerBlock, TransformerStack
 
 D, H, F = 32, 4, 64
-
-
-def copy_block_from_torch(ref: nn.Module, cross: bool) -> TransformerBlock:
-    """An xfl block holding the weights of a torch encoder (cross=False) or decoder layer."""
-    block = TransformerBlock(D, H, F, norm_first=ref.norm_first, cross=cross).double()
-    block.self_attn = MultiHeadAttention.from_torch(ref.self_attn).double()
-    if cross:
-        block.cross_attn = MultiHeadAttention.from_torch(ref.multihead_attn).double()
-    block.ffn[0].load_state_dict(ref.linear1.state_dict())
-    block.ffn[3].load_state_dict(ref.linear2.state_dict())
-    norms = [ref.norm1, ref.norm2] + ([ref.norm3] if cross else [])
-    for residual, norm in zip(block.residuals, norms):
-        residual.norm.load_state_dict(norm.state_dict())
-    return block
 
 
 def randomize(module: nn.Module) -> None:
@@ -38,7 +24,8 @@ def test_encoder_block_equals_torch(norm_first):
     torch.manual_seed(0)
     ref = nn.TransformerEncoderLayer(D, H, F, dropout=0.0, batch_first=True, norm_first=norm_first).double()
     randomize(ref)
-    mine = copy_block_from_torch(ref, cross=False)
+    mine = TransformerBlock.from_torch(ref)
+    assert mine.cross_attn is None and next(mine.parameters()).dtype == torch.double
     x = torch.randn(3, 6, D, dtype=torch.double)
     keys = padding_mask([6, 4, 2], 6)
     want = ref(x, src_key_padding_mask=~keys)
@@ -52,7 +39,8 @@ def test_decoder_block_equals_torch(norm_first):
     torch.manual_seed(1)
     ref = nn.TransformerDecoderLayer(D, H, F, dropout=0.0, batch_first=True, norm_first=norm_first).double()
     randomize(ref)
-    mine = copy_block_from_torch(ref, cross=True)
+    mine = TransformerBlock.from_torch(ref)
+    assert mine.cross_attn is not None
     x, memory = torch.randn(2, 5, D, dtype=torch.double), torch.randn(2, 7, D, dtype=torch.double)
     memory_keys = padding_mask([7, 3], 7)
     want = ref(x, memory, tgt_mask=~causal_mask(5), memory_key_padding_mask=~memory_keys)
@@ -73,6 +61,21 @@ def test_post_ln_and_pre_ln_differ_only_by_the_flag():
 def test_pre_ln_stack_ends_with_norm_post_ln_does_not():
     assert isinstance(TransformerStack(2, D, H, norm_first=True).final_norm, nn.LayerNorm)
     assert isinstance(TransformerStack(2, D, H, norm_first=False).final_norm, nn.Identity)
+
+
+def test_from_torch_refuses_what_it_cannot_copy():
+    with pytest.raises(ValueError, match="batch_first=False"):
+        TransformerBlock.from_torch(nn.TransformerEncoderLayer(D, H, F))
+    with pytest.raises(ValueError, match="relu and gelu"):
+        TransformerBlock.from_torch(nn.TransformerEncoderLayer(D, H, F, batch_first=True, activation=torch.tanh))
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_from_torch_keeps_the_activation(activation):
+    torch.manual_seed(2)
+    ref = nn.TransformerEncoderLayer(D, H, F, dropout=0.0, batch_first=True, activation=activation).eval()
+    x = torch.randn(2, 4, D)
+    torch.testing.assert_close(TransformerBlock.from_torch(ref).eval()(x), ref(x), atol=1e-5, rtol=1e-5)
 
 
 def test_errors():

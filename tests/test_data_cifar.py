@@ -1,4 +1,4 @@
-"""CIFAR-10: batch files, the tarball path, normalization, augmentation, loaders, real stats.
+"""CIFAR-10: batch files, the tarball path, normalization, real stats (augmentation: test_augment).
 
 Real-data tests need XFL_DATA_MIRROR (CI sets it to ../shared/data).
 """
@@ -14,9 +14,7 @@ import pytest
 import torch
 
 from xfl.data import cifar
-from xfl.data.cifar import (CIFAR10_MEAN, CIFAR10_STD, augment_batch, channel_stats,
-                            check_channel_stats, cifar_dataloader, device_batches, normalize,
-                            random_crop, random_flip, read_batch)
+from xfl.data.cifar import CIFAR10_MEAN, CIFAR10_STD, channel_stats, normalize, read_batch
 
 
 def batch_bytes(n=20, seed=0) -> bytes:
@@ -120,69 +118,11 @@ def test_channel_stats_match_torch():
     torch.testing.assert_close(torch.tensor(mean, dtype=torch.float64), f.mean(dim=(0, 2, 3)))
     torch.testing.assert_close(torch.tensor(std, dtype=torch.float64),
                                f.std(dim=(0, 2, 3), unbiased=False))
-    with pytest.raises(ValueError, match="differs from the published"):
-        check_channel_stats(x)  # uniform noise is not CIFAR-10
+    assert max_gap(mean, CIFAR10_MEAN) > 0.01  # uniform noise is not CIFAR-10
 
 
-# --------------------------------------------------------------- augmentation
-def gen(seed=0):
-    return torch.Generator().manual_seed(seed)
-
-
-def test_crop_keeps_shape_dtype_and_cuts_a_window():
-    x = images()
-    out = random_crop(x, padding=4, generator=gen())
-    assert out.shape == x.shape and out.dtype == x.dtype
-    padded = torch.nn.functional.pad(x, (4,) * 4)
-    for b in range(x.shape[0]):  # every output is some 32x32 window of the padded image
-        windows = [padded[b, :, i:i + 32, j:j + 32] for i in range(9) for j in range(9)]
-        assert any(torch.equal(out[b], w) for w in windows)
-    assert torch.equal(random_crop(x, padding=0, generator=gen()), x)
-
-
-def test_flip_twice_with_the_same_seed_is_identity():
-    x = images(16)
-    once = random_flip(x, gen(5))
-    assert not torch.equal(once, x)  # 16 coin flips: some image was mirrored
-    assert torch.equal(random_flip(once, gen(5)), x)
-    assert torch.equal(random_flip(x, gen(), p=1.0), x.flip(-1))
-    assert torch.equal(random_flip(x, gen(), p=0.0), x)
-
-
-def test_augmentation_is_seeded_and_works_on_floats():
-    x = images(32)
-    assert torch.equal(augment_batch(x, gen(1)), augment_batch(x, gen(1)))
-    assert not torch.equal(augment_batch(x, gen(1)), augment_batch(x, gen(2)))
-    out = augment_batch(x.float(), gen(1))
-    assert out.dtype == torch.float32
-    assert torch.equal(out, augment_batch(x, gen(1)).float())
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_augmentation_on_the_gpu_matches_the_cpu():
-    x = images(32)
-    assert torch.equal(augment_batch(x.cuda(), gen(3)).cpu(), augment_batch(x, gen(3)))
-
-
-# ------------------------------------------------------------------- loaders
-def test_device_batches_visit_every_image_once():
-    x, y = images(50), torch.arange(50)
-    seen = []
-    for xb, yb in device_batches(x, y, 16, augment=True, generator=gen()):
-        assert xb.dtype == torch.float32 and xb.shape[1:] == (3, 32, 32)
-        seen += yb.tolist()
-    assert sorted(seen) == list(range(50)) and seen != list(range(50))
-    xb, yb = next(device_batches(x, y, 50, shuffle=False))
-    torch.testing.assert_close(xb, normalize(x))
-
-
-def test_cpu_dataloader_is_seeded():
-    x, y = images(40), torch.arange(40)
-    first = [(xb, yb) for xb, yb in cifar_dataloader(x, y, 16, augment=True, seed=7)]
-    again = [(xb, yb) for xb, yb in cifar_dataloader(x, y, 16, augment=True, seed=7)]
-    assert [b[0].shape[0] for b in first] == [16, 16, 8]
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, again))
-    assert sorted(torch.cat([b[1] for b in first]).tolist()) == list(range(40))
+def max_gap(measured, published) -> float:
+    return max(abs(a - b) for a, b in zip(measured, published))
 
 
 # ----------------------------------------------------------- the real data
@@ -196,7 +136,8 @@ def test_real_training_set_reproduces_published_stats(mirror):
     x, y = cifar.load_cifar10(train=True)
     assert x.shape == (50_000, 3, 32, 32) and x.dtype == torch.uint8
     assert torch.bincount(y).tolist() == [5_000] * 10
-    check_channel_stats(x, tol=1e-4)
+    mean, std = channel_stats(x)
+    assert max_gap(mean, CIFAR10_MEAN) <= 1e-4 and max_gap(std, CIFAR10_STD) <= 1e-4
 
 
 def test_real_test_set(mirror):

@@ -68,7 +68,7 @@ def test_real_counts(pairs):
 def test_real_split_vocab_and_length_counts(pairs):
     """The numbers data/README.md quotes (default split: 10 % test, seed 0, min_freq 2)."""
     split = split_by_english(pairs)
-    assert (len(split.train), len(split.valid), len(split.test)) == (107_105, 0, 11_859)
+    assert (len(split.train), len(split.test)) == (107_105, 11_859)
     test_groups = group_references(split.test)
     assert len(test_groups) == 10_290
     train_english = {normalize(en) for en, _ in split.train}

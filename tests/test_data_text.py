@@ -84,12 +84,10 @@ def test_length_filter_drops_over_long_sentences():
 
 
 def test_split_is_disjoint_by_english_and_keeps_all_references():
-    split = split_by_english(PAIRS, test_fraction=0.2, valid_fraction=0.2, seed=3)
-    parts = {name: {normalize(en) for en, _ in getattr(split, name)}
-             for name in ("train", "valid", "test")}
+    split = split_by_english(PAIRS, test_fraction=0.2, seed=3)
+    parts = {name: {normalize(en) for en, _ in getattr(split, name)} for name in ("train", "test")}
     assert not parts["train"] & parts["test"]
-    assert not parts["train"] & parts["valid"] and not parts["valid"] & parts["test"]
-    assert sorted(split.train + split.valid + split.test) == sorted(PAIRS)
+    assert sorted(split.train + split.test) == sorted(PAIRS)
     everything = dict((normalize(en), sorted(refs)) for en, refs in group_references(PAIRS))
     for en, refs in group_references(split.test):
         assert sorted(refs) == everything[normalize(en)]  # every translation kept
@@ -103,8 +101,8 @@ def test_split_is_seeded_and_order_independent():
     assert sorted(a.test) == sorted(b.test)
     c = split_by_english(PAIRS, test_fraction=0.3, seed=2)
     assert sorted(a.test) != sorted(c.test)
-    with pytest.raises(ValueError, match="fractions"):
-        split_by_english(PAIRS, test_fraction=0.6, valid_fraction=0.5)
+    with pytest.raises(ValueError, match="test_fraction must be in \\[0, 1\\), got 1.5"):
+        split_by_english(PAIRS, test_fraction=1.5)
 
 
 def test_group_references_collects_every_translation():

@@ -1,8 +1,10 @@
 """xfl.translation on made-up sentence pairs (no download): task, batches, BLEU plumbing."""
 
+import pytest
 import torch
 
-from xfl.data.text import PAD, normalize, split_by_english
+from xfl.data.text import EOS, PAD, SOS, detokenize, normalize, split_by_english, tokenize
+from xfl.decode import sequence_log_prob
 from xfl.model import Seq2SeqTransformer
 from xfl.translation import (epoch_batches, heldout_bleu, prepare_task, reference_streams,
                              translate)
@@ -59,6 +61,26 @@ def test_translate_and_bleu_run_on_an_untrained_model():
     model = Seq2SeqTransformer(task.model_config(d_model=16, num_heads=2, num_encoder_layers=1,
                                                  num_decoder_layers=1, dropout=0.0)).eval()
     out = translate(model, task, ["the cat sees a dog.", ""], beam_size=2)
-    assert len(out) == 2 and all(isinstance(s, str) for s in out)
+    assert len(out) == 2 and all(isinstance(t.text, str) for t in out)
     score = heldout_bleu(model, task, beam_size=1, limit=10)
     assert 0.0 <= score["bleu"] <= 100.0 and score["sentences"] == min(10, len(task.test))
+
+
+def test_translations_carry_the_models_log_probability_and_the_penalty_reranks():
+    task = prepare_task(made_up_pairs(), test_fraction=0.2, min_freq=1)
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(task.model_config(d_model=16, num_heads=2, num_encoder_layers=1,
+                                                 num_decoder_layers=1, dropout=0.0)).eval()
+    english = ["the cat sees a dog.", "a big dog runs."]
+    for beam_size in (1, 3):
+        for en, t in zip(english, translate(model, task, english, beam_size=beam_size)):
+            src = torch.tensor([task.src_vocab.encode(tokenize(en))])
+            ends = (EOS, None) if t.ids else (EOS,)  # EOS produced, or max_len reached
+            assert any(t.log_prob == pytest.approx(sequence_log_prob(model, src, t.ids, SOS, eos), abs=1e-4)
+                       for eos in ends)
+            assert t.text == detokenize(task.tgt_vocab.decode(t.ids))
+    plain = translate(model, task, english, beam_size=3)
+    for penalty in (0.5, 1.0, 2.0):
+        rank = lambda t: t.log_prob / (len(t.ids) + 1) ** penalty  # noqa: E731
+        for chosen, unpenalised in zip(translate(model, task, english, 3, penalty), plain):
+            assert rank(chosen) >= rank(unpenalised) - 1e-5  # the best beam under this penalty

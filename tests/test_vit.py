@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xfl.vit import PatchEmbedding, ViT, patchify, unpatchify
+from xfl.vit import PatchEmbedding, ViT, ViTConfig, patchify, unpatchify
 
 
 def images(B=2, C=3, H=8, W=12, seed=0):
@@ -71,7 +71,7 @@ def small_vit(**kw):
     torch.manual_seed(0)
     cfg = dict(image_size=16, patch_size=4, in_channels=3, num_classes=10, d_model=32,
                num_heads=4, num_layers=2, d_hidden=64, dropout=0.0)
-    return ViT(**{**cfg, **kw})
+    return ViT(ViTConfig(**{**cfg, **kw}))
 
 
 def test_vit_shapes():
@@ -125,4 +125,4 @@ def test_vit_rejects_wrong_image_size():
     with pytest.raises(ValueError, match="16x16"):
         small_vit()(torch.randn(1, 3, 32, 32))
     with pytest.raises(ValueError, match="divisible"):
-        ViT(image_size=30, patch_size=4)
+        ViT(ViTConfig(image_size=30, patch_size=4))

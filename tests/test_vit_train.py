@@ -1,13 +1,15 @@
-"""xfl.vit_train: schedule, mixing, metrics and a tiny fit that must learn."""
+"""xfl.vit_train on xfl.train's loop: schedule, mixing, metrics, a tiny run that must learn,
+a time budget, exact resumption and no weight decay on the class token and positions."""
 
 import math
 
 import pytest
 import torch
 
-from xfl.vit import ViT
-from xfl.vit_train import (ClassifierConfig, accuracy, confusion_matrix, fit, mix_batch, predict,
-                           warmup_cosine)
+from toy_tasks import striped_images as striped_data
+from xfl.train import TrainConfig, make_optimizer, parameter_groups, train, warmup_cosine
+from xfl.vit import ViT, ViTConfig
+from xfl.vit_train import ImageClassification, accuracy, confusion_matrix, predict
 
 
 def test_warmup_cosine_shape():
@@ -37,66 +39,107 @@ def test_confusion_matrix_and_accuracy():
         accuracy(preds, labels[:3])
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_mixed_targets_are_distributions_matching_the_pixels(seed):
-    config = ClassifierConfig(mix_prob=1.0)
-    images = torch.stack([torch.full((3, 8, 8), float(i)) for i in range(4)])  # image i is all i
-    labels = torch.tensor([0, 1, 2, 3])
-    mixed, targets = mix_batch(images, labels, 4, config, torch.Generator().manual_seed(seed))
-    torch.testing.assert_close(targets.sum(-1), torch.ones(4))
-    for b in range(4):  # the pixel mean of a mixed image equals its target-weighted label
-        expected = (targets[b] * torch.arange(4.0)).sum()
-        torch.testing.assert_close(mixed[b].mean(), expected)
-
-
-def test_no_mixing_gives_one_hot():
-    images, labels = torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 1])
-    out, targets = mix_batch(images, labels, 3, ClassifierConfig(mix_prob=0.0), torch.Generator())
-    assert out is images
-    assert torch.equal(targets.argmax(-1), labels) and torch.equal(targets.sum(-1), torch.ones(4))
-
-
-def striped_data(n=256, seed=0):
-    """Class 0: horizontal stripes, class 1: vertical stripes (uint8, with noise)."""
-    g = torch.Generator().manual_seed(seed)
-    labels = torch.randint(0, 2, (n,), generator=g)
-    stripes = (torch.arange(8) % 2).float() * 200
-    horizontal = stripes[:, None].expand(8, 8)
-    images = torch.where(labels[:, None, None, None] == 0, horizontal, horizontal.T).expand(n, 3, 8, 8)
-    noise = torch.randint(0, 50, (n, 3, 8, 8), generator=g)
-    return (images + noise).to(torch.uint8), labels
-
-
-def test_fit_learns_a_separable_task():
-    images, labels = striped_data()
+def tiny_vit(d_model=32, num_heads=4, d_hidden=64):
     torch.manual_seed(0)
-    model = ViT(image_size=8, patch_size=4, num_classes=2, d_model=32, num_heads=4, num_layers=1,
-                d_hidden=64)
-    config = ClassifierConfig(epochs=8, batch_size=32, lr=3e-3, warmup=0.1, device="cpu",
-                              mix_prob=0.5)
-    normalize = lambda x: x.float() / 255 - 0.5  # noqa: E731
+    return ViT(ViTConfig(image_size=8, patch_size=4, num_classes=2, d_model=d_model,
+                         num_heads=num_heads, num_layers=1, d_hidden=d_hidden))
+
+
+def normalize(x):
+    return x.float() / 255 - 0.5
+
+
+def test_training_learns_a_separable_task():
+    images, labels = striped_data()
+    model = tiny_vit()
+    task = ImageClassification(images, labels, normalize, num_classes=2, batch_size=32, mix_prob=0.5)
+    config = TrainConfig(steps=8 * task.steps_per_epoch, lr=3e-3, schedule="cosine", warmup_fraction=0.1,
+                         weight_decay=0.05, betas=(0.9, 0.999), eps=1e-8, log_every=1, progress=False,
+                         device="cpu")
     seen = []
-    result = fit(model, images, labels, config, normalize, on_epoch=seen.append, num_classes=2)
-    assert result.epochs == 8 and result.steps == 8 * (256 // 32) and len(seen) == 8
-    assert len(result.step_losses) == result.steps
-    assert sum(result.step_losses[:8]) > sum(result.step_losses[-8:])  # the loss went down
-    assert result.history[-1]["lr"] == pytest.approx(0.0, abs=1e-9)  # cosine ends at zero
+    state = train(model, task.batches, task.loss, config, on_log=seen.append)
+    assert state.step == 8 * (256 // 32) and (state.epoch, state.batch_in_epoch) == (7, 8)  # 8 epochs
+    assert len(seen) == len(state.history) == state.step and state.tokens == 256 * 8
+    step_losses = [h["loss"] for h in state.history]
+    assert sum(step_losses[:8]) > sum(step_losses[-8:])  # the loss went down
+    assert state.history[-1]["lr"] == pytest.approx(0.0, abs=1e-9)  # cosine ends at zero
     test_images, test_labels = striped_data(seed=1)
     assert accuracy(predict(model, test_images, normalize), test_labels) > 0.95
 
 
 def test_time_budget_stops_the_run():
     images, labels = striped_data(64)
-    model = ViT(image_size=8, patch_size=4, num_classes=2, d_model=16, num_heads=2, num_layers=1)
-    config = ClassifierConfig(epochs=10_000, batch_size=16, time_budget_s=1.0, device="cpu")
-    result = fit(model, images, labels, config, lambda x: x.float() / 255, num_classes=2)
-    assert result.epochs < 10_000 and 1.0 <= result.seconds < 10.0
-    assert math.isfinite(result.history[-1]["loss"])
+    model = tiny_vit(d_model=16, num_heads=2, d_hidden=None)
+    task = ImageClassification(images, labels, lambda x: x.float() / 255, num_classes=2, batch_size=16)
+    config = TrainConfig(steps=10_000 * task.steps_per_epoch, max_seconds=1.0, schedule="cosine",
+                         progress=False, device="cpu")
+    state = train(model, task.batches, task.loss, config)
+    assert state.epoch < 10_000 and 1.0 <= state.seconds < 10.0
+    assert state.compile_seconds > 0  # the first step, timed apart from the budget
+    assert math.isfinite(state.history[-1]["loss"])
 
 
-def test_fit_rejects_wrong_num_classes():
+def test_training_rejects_wrong_num_classes():
     images, labels = striped_data(32)
-    model = ViT(image_size=8, patch_size=4, num_classes=2, d_model=16, num_heads=2, num_layers=1)
+    model = tiny_vit(d_model=16, num_heads=2)
+    task = ImageClassification(images, labels, lambda x: x.float() / 255, batch_size=16)  # 10 classes
     with pytest.raises(ValueError, match="num_classes is 10"):
-        fit(model, images, labels, ClassifierConfig(epochs=1, batch_size=16, device="cpu"),
-            lambda x: x.float() / 255)
+        train(model, task.batches, task.loss, TrainConfig(steps=1, progress=False, device="cpu"))
+
+
+class Interrupted(Exception):
+    pass
+
+
+def vit_run(tmp_path, steps=10, crash_at=None):
+    """A ViT run with crop/flip/mixing and dropout, checkpointed every 2 steps; with
+    ``crash_at``, the process "dies" when that step starts (the cosine schedule still plans
+    for ``steps``)."""
+    from functools import partial
+
+    from xfl.augment import augment_batch
+
+    images, labels = striped_data(96)
+    torch.manual_seed(0)
+    model = ViT(ViTConfig(image_size=8, patch_size=4, num_classes=2, d_model=16, num_heads=2,
+                          num_layers=1, d_hidden=32, dropout=0.1))
+    task = ImageClassification(images, labels, normalize, partial(augment_batch, padding=1),
+                               num_classes=2, batch_size=16, mix_prob=0.5)
+    config = TrainConfig(steps=steps, lr=3e-3, schedule="cosine", warmup_fraction=0.2, log_every=2,
+                         checkpoint_every=2, progress=False, device="cpu",
+                         checkpoint_path=str(tmp_path / "vit.pt"))
+    calls = []
+
+    def loss(model, index):
+        calls.append(1)
+        if len(calls) == crash_at:
+            raise Interrupted
+        return task.loss(model, index)
+
+    return train(model, task.batches, loss, config), model
+
+
+def test_resumed_vit_run_follows_the_uninterrupted_trajectory(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    full, full_model = vit_run(tmp_path / "a")  # 6 batches per epoch: crosses epochs
+    with pytest.raises(Interrupted):
+        vit_run(tmp_path / "b", crash_at=6)  # the checkpoint of step 4 survives
+    resumed, resumed_model = vit_run(tmp_path / "b")
+    assert [h["step"] for h in resumed.history] == [h["step"] for h in full.history]
+    for a, b in zip(full.history, resumed.history):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["lr"] == pytest.approx(b["lr"])
+    for p, q in zip(full_model.parameters(), resumed_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+
+
+def test_no_weight_decay_on_class_token_positions_norms_and_biases():
+    model = tiny_vit()
+    decay, no_decay = parameter_groups(model, 0.05)
+    names = {id(p): n for n, p in model.named_parameters()}
+    exempt = {names[id(p)] for p in no_decay["params"]}
+    assert {"cls_token", "pos_embedding", "head.bias", "encoder.final_norm.weight"} <= exempt
+    assert all(names[id(p)].endswith("weight") and p.ndim >= 2 for p in decay["params"])
+    assert "patch_embed.proj.weight" in {names[id(p)] for p in decay["params"]}
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    optimizer = make_optimizer(model, TrainConfig(weight_decay=0.05))
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.05, 0.0]

@@ -2,6 +2,7 @@
 
 import torch
 
+from xfl.batches import epoch_order
 from xfl.model import Seq2SeqConfig, Seq2SeqTransformer
 
 PAD, SOS, EOS, VOCAB = 0, 1, 2, 12
@@ -24,10 +25,10 @@ def pad_rows(rows):
 
 
 def epoch_batches(pairs, batch_size, epoch, seed=0):
-    """The batches of one epoch, shuffled by a generator seeded with (seed, epoch)."""
-    order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(seed * 1000 + epoch))
+    """The batches of one epoch, in the order ``xfl.batches.epoch_order`` gives for (seed, epoch)."""
+    order = epoch_order(len(pairs), epoch, seed)
     for i in range(0, len(pairs) - batch_size + 1, batch_size):
-        chunk = [pairs[j] for j in order[i:i + batch_size].tolist()]
+        chunk = [pairs[j] for j in order[i:i + batch_size]]
         yield pad_rows([s for s, _ in chunk]), pad_rows([t for _, t in chunk])
 
 
@@ -37,3 +38,31 @@ def copy_model(seed=0, dropout=0.1, norm_first=True, d_model=32):
         src_vocab=VOCAB, tgt_vocab=VOCAB, d_model=d_model, num_heads=4, num_encoder_layers=1,
         num_decoder_layers=1, d_hidden=2 * d_model, dropout=dropout, norm_first=norm_first,
         max_len=16))
+
+
+def striped_images(n=256, seed=0, size=8):
+    """Class 0: horizontal stripes, class 1: vertical stripes (uint8 (n, 3, size, size), with noise)."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 2, (n,), generator=g)
+    stripes = (torch.arange(size) % 2).float() * 200
+    horizontal = stripes[:, None].expand(size, size)
+    images = torch.where(labels[:, None, None, None] == 0, horizontal, horizontal.T).expand(n, 3, size, size)
+    noise = torch.randint(0, 50, (n, 3, size, size), generator=g)
+    return (images + noise).to(torch.uint8), labels
+
+
+def striped_task(batch_size, n=128):
+    """The striped images as an ``xfl.vit_train.ImageClassification`` (no augmentation, no mixing)."""
+    from xfl.vit_train import ImageClassification
+
+    images, labels = striped_images(n)
+    return ImageClassification(images, labels, lambda x: x.float() / 255 - 0.5, num_classes=2,
+                               batch_size=batch_size, label_smoothing=0.1)
+
+
+def tiny_vit(seed=0, dropout=0.0):
+    from xfl.vit import ViT, ViTConfig
+
+    torch.manual_seed(seed)
+    return ViT(ViTConfig(image_size=8, patch_size=4, num_classes=2, d_model=16, num_heads=2,
+                         num_layers=1, d_hidden=32, dropout=dropout))

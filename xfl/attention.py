@@ -1,4 +1,4 @@
-"""Scaled dot-product attention and multi-head attention (chapters 1-3).
+"""Scaled dot-product attention, multi-head attention and every mask (chapters 1-3).
 
 One implementation serves self-attention, cross-attention, the causal decoder, the
 Vision Transformer and the pixel-attention block. Masks follow PyTorch's boolean
@@ -35,6 +35,17 @@ def padding_mask(lengths: Tensor | Sequence[int], length: int) -> Tensor:
         raise ValueError(f"lengths must lie in [0, {length}], got {lengths.tolist()}")
     positions = torch.arange(length, device=lengths.device)  # (L,)
     return positions[None, :] < lengths[:, None]  # (B, L)
+
+
+def key_mask(keep: Tensor) -> Tensor:
+    """``(B, S)`` True = real token -> ``(B, 1, 1, S)``: a mask over keys for every head and query."""
+    return keep[:, None, None, :]
+
+
+def causal_padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """``(B, L)`` tokens -> ``(B, 1, L, L)``: query i sees keys j <= i that are not padding."""
+    causal = causal_mask(tokens.shape[-1], device=tokens.device)  # (L, L)
+    return causal & key_mask(tokens != pad_id)  # (B, 1, L, L)
 
 
 def check_mask(mask: Tensor, target_shape: Sequence[int], what: str = "mask") -> None:
@@ -173,11 +184,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("from_torch supports nn.MultiheadAttention with kdim = vdim = embed_dim, "
                              "no bias_k/bias_v and add_zero_attn=False")
         bias = m.in_proj_bias is not None
-        mine = cls(m.embed_dim, m.num_heads, dropout=m.dropout, bias=bias)
+        mine = cls(m.embed_dim, m.num_heads, dropout=m.dropout, bias=bias).to(m.in_proj_weight)
         with torch.no_grad():
             mine.in_proj.weight.copy_(m.in_proj_weight)
             mine.out_proj.weight.copy_(m.out_proj.weight)
             if bias:
                 mine.in_proj.bias.copy_(m.in_proj_bias)
                 mine.out_proj.bias.copy_(m.out_proj.bias)
-        return mine.to(m.in_proj_weight.device)
+        return mine

@@ -1,10 +1,15 @@
-"""TrivialAugment on whole uint8 image batches, on their device (the ViT recipe of chapter 7,
+"""Every image augmentation, on whole batches on their device (the ViT recipe of chapter 7,
 ``chapters/ch07_vit/vision_transformer``, and ``bench/vit.py``).
 
-Each image gets one operation drawn uniformly from ``OPS``, at a magnitude drawn uniformly
-from [0, 1] with a random sign (Müller & Hutter, "TrivialAugment", ICCV 2021). Every
-operation is computed for the whole batch and each image keeps its own: no per-image Python
-loop and no host synchronisation, so it suits batches that live on a GPU.
+- ``random_crop`` and ``random_flip``: the classic CIFAR pair (pad 4, cut 32x32; mirror).
+- ``trivial_augment``: each image gets one operation drawn uniformly from ``OPS``, at a
+  magnitude drawn uniformly from [0, 1] with a random sign (Müller & Hutter, "TrivialAugment",
+  ICCV 2021).
+- ``mix_batch``: MixUp (Zhang et al., 2018) or CutMix (Yun et al., 2019) with soft targets.
+
+Every operation is computed for the whole batch and each image keeps its own: no per-image
+Python loop, random numbers drawn on the images' device (or from a given generator) and nothing
+read back to the host, so they suit batches that live on a GPU.
 """
 
 from __future__ import annotations
@@ -21,6 +26,41 @@ MAX_ENHANCE = 0.9  # brightness/contrast/color/sharpness factors in [0.1, 1.9]
 MAX_DEGREES = 30.0
 MAX_SHEAR = 0.3
 MAX_SHIFT = 0.25  # of the image size: 8 pixels of 32
+
+
+# ------------------------------------------------------------------ random numbers
+def _uniform(n: int, generator: torch.Generator | None, device) -> Tensor:
+    """``(n,)`` uniform numbers in [0, 1): from ``generator`` on its device, else from the
+    global generator of ``device``; returned on ``device``."""
+    where = generator.device if generator is not None else device
+    return torch.rand(n, generator=generator, device=where).to(device)
+
+
+def _integers(high: int, n: int, generator: torch.Generator | None, device) -> Tensor:
+    where = generator.device if generator is not None else device
+    return torch.randint(high, (n,), generator=generator, device=where).to(device)
+
+
+# ------------------------------------------------------------------- crop and flip
+def random_crop(images: Tensor, padding: int = 4, generator: torch.Generator | None = None) -> Tensor:
+    """Zero-pad ``(B, C, H, W)`` by ``padding`` and cut a random ``H x W`` window per image."""
+    if images.ndim != 4:
+        raise ValueError(f"images must be (B, C, H, W), got shape {tuple(images.shape)}")
+    B, C, H, W = images.shape
+    padded = F.pad(images, (padding,) * 4)  # (B, C, H + 2p, W + 2p)
+    top = _integers(2 * padding + 1, B, generator, images.device)  # (B,)
+    left = _integers(2 * padding + 1, B, generator, images.device)
+    rows = top[:, None] + torch.arange(H, device=images.device)  # (B, H)
+    cols = left[:, None] + torch.arange(W, device=images.device)  # (B, W)
+    b = torch.arange(B, device=images.device)[:, None, None, None]
+    c = torch.arange(C, device=images.device)[None, :, None, None]
+    return padded[b, c, rows[:, None, :, None], cols[:, None, None, :]]  # (B, C, H, W)
+
+
+def random_flip(images: Tensor, generator: torch.Generator | None = None, p: float = 0.5) -> Tensor:
+    """Mirror each image of ``(B, C, H, W)`` left-right with probability ``p``."""
+    flip = _uniform(images.shape[0], generator, images.device) < p  # (B,)
+    return torch.where(flip[:, None, None, None], images.flip(-1), images)
 
 
 # --------------------------------------------------------------- colour operations
@@ -132,16 +172,65 @@ def apply_op(name: str, images: Tensor, magnitude: Tensor) -> Tensor:
 def trivial_augment(images: Tensor, generator: torch.Generator | None = None,
                     ops: tuple[str, ...] = OPS) -> Tensor:
     """uint8 ``(B, 3, H, W)`` -> uint8 ``(B, 3, H, W)``: one random operation from ``ops`` per
-    image at a random signed magnitude. Random numbers come from ``generator`` (or the global
-    generator) on its own device, then move to the images' device."""
+    image at a random signed magnitude. Random numbers come from ``generator`` on its own
+    device (then move to the images'), or from the images' device's global generator."""
     if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
         raise ValueError(f"images must be uint8 (B, 3, H, W), got {images.dtype} {tuple(images.shape)}")
-    B, gen_device = images.shape[0], generator.device if generator is not None else "cpu"
-    choice = torch.randint(len(ops), (B,), generator=generator, device=gen_device).to(images.device)
-    magnitude = torch.rand(B, generator=generator, device=gen_device) * 2 - 1  # (B,) in [-1, 1)
-    magnitude = magnitude.to(images.device)
+    B = images.shape[0]
+    choice = _integers(len(ops), B, generator, images.device)  # (B,)
+    magnitude = _uniform(B, generator, images.device) * 2 - 1  # (B,) in [-1, 1)
     x = images.float()
     out = x
     for k, name in enumerate(ops):
         out = torch.where(_per_image(choice == k), apply_op(name, x, magnitude), out)
     return out.round().clamp(0, 255).to(torch.uint8)
+
+
+def augment_batch(images: Tensor, generator: torch.Generator | None = None, padding: int = 4,
+                  trivial: bool = False) -> Tensor:
+    """Random crop with ``padding`` and a random horizontal flip, for a whole uint8 batch; with
+    ``trivial``, then one random TrivialAugment operation per image (the ViT recipe)."""
+    images = random_flip(random_crop(images, padding, generator), generator)
+    return trivial_augment(images, generator) if trivial else images
+
+
+# -------------------------------------------------------------------------- mixing
+def _box_mask(H: int, W: int, lam: Tensor, generator, device) -> Tensor:
+    """``(H, W)`` bool, True inside a box of area about ``1 - lam`` centred at a random pixel."""
+    cut = (1.0 - lam).sqrt()  # () side as a fraction of the image
+    h, w = (H * cut).floor(), (W * cut).floor()
+    cy = _integers(H, 1, generator, device)[0]
+    cx = _integers(W, 1, generator, device)[0]
+    top, bottom = (cy - (h / 2).floor()).clamp(min=0), (cy + (h / 2).floor()).clamp(max=H)
+    left, right = (cx - (w / 2).floor()).clamp(min=0), (cx + (w / 2).floor()).clamp(max=W)
+    rows, cols = torch.arange(H, device=device), torch.arange(W, device=device)
+    return (((rows >= top) & (rows < bottom))[:, None]) & (((cols >= left) & (cols < right))[None, :])
+
+
+def _beta(alpha: float, device) -> Tensor:
+    """One draw ``()`` from Beta(alpha, alpha), on ``device``'s global generator."""
+    a = torch.tensor(alpha, device=device)
+    return torch.distributions.Beta(a, a).sample()
+
+
+def mix_batch(images: Tensor, labels: Tensor, num_classes: int, mix_prob: float,
+              mixup_alpha: float = 0.8, cutmix_alpha: float = 1.0,
+              generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """MixUp or CutMix with the batch rolled by one: float ``(B, C, H, W), (B,)`` -> mixed
+    images and soft targets ``(B, num_classes)``. With probability ``mix_prob`` the batch is
+    mixed, half the time by MixUp, half by CutMix (whose target weight is the pasted box's true
+    area). The choice and the box stay on the device (no host synchronisation); the mixing
+    weight is drawn from the device's global generator."""
+    targets = F.one_hot(labels, num_classes).to(images.dtype)  # (B, K)
+    if mix_prob <= 0:
+        return images, targets
+    draw = _uniform(2, generator, images.device)
+    mix, use_cutmix = draw[0] < mix_prob, draw[1] < 0.5
+    lam = torch.where(use_cutmix, _beta(cutmix_alpha, images.device), _beta(mixup_alpha, images.device))
+    other, other_targets = images.roll(1, dims=0), targets.roll(1, dims=0)
+    box = _box_mask(*images.shape[-2:], lam, generator, images.device)  # (H, W)
+    cut_images = torch.where(box, other, images)
+    lam = torch.where(use_cutmix, 1.0 - box.float().mean(), lam)  # CutMix: the area kept
+    mixed = torch.where(use_cutmix, cut_images, lam * images + (1 - lam) * other)
+    mixed_targets = lam * targets + (1 - lam) * other_targets
+    return torch.where(mix, mixed, images), torch.where(mix, mixed_targets, targets)

@@ -7,6 +7,7 @@ block of Xiong et al. (2020): x = x + Sublayer(LN(x)), with one final LayerNorm 
 
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
@@ -70,6 +71,29 @@ class TransformerBlock(nn.Module):
         if self.cross_attn is not None:
             x = rest.pop(0)(x, lambda h: self.cross_attn(h, memory, memory, mask=memory_mask))
         return rest[0](x, self.ffn)
+
+    @classmethod
+    def from_torch(cls, layer: nn.Module) -> "TransformerBlock":
+        """A block with the weights of a batch-first ``nn.TransformerEncoderLayer`` (an encoder
+        block) or ``nn.TransformerDecoderLayer`` (a block with cross-attention); same outputs."""
+        if not layer.self_attn.batch_first or layer.norm1.eps != 1e-5:
+            raise ValueError("from_torch needs batch_first=True and layer_norm_eps=1e-5, got "
+                             f"batch_first={layer.self_attn.batch_first}, eps={layer.norm1.eps}")
+        cross = isinstance(layer, nn.TransformerDecoderLayer)
+        activation = {F.relu: "relu", F.gelu: "gelu"}.get(layer.activation)
+        if activation is None:
+            raise ValueError(f"from_torch supports relu and gelu activations, got {layer.activation}")
+        block = cls(layer.self_attn.embed_dim, layer.self_attn.num_heads, layer.linear1.out_features,
+                    layer.dropout.p, layer.norm_first, cross, activation).to(layer.linear1.weight)
+        block.self_attn = MultiHeadAttention.from_torch(layer.self_attn)
+        if cross:
+            block.cross_attn = MultiHeadAttention.from_torch(layer.multihead_attn)
+        block.ffn[0].load_state_dict(layer.linear1.state_dict())
+        block.ffn[3].load_state_dict(layer.linear2.state_dict())
+        norms = [layer.norm1, layer.norm2] + ([layer.norm3] if cross else [])
+        for residual, norm in zip(block.residuals, norms):
+            residual.norm.load_state_dict(norm.state_dict())
+        return block
 
 
 class TransformerStack(nn.Module):

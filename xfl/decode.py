@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .modes import eval_mode
+
 
 def _check(src: Tensor, max_len: int) -> None:
     if src.ndim != 2:
@@ -45,7 +47,6 @@ def _next_log_probs(model: nn.Module, tgt: Tensor, memory: Tensor, src_keep: Ten
     return log_probs
 
 
-@torch.no_grad()
 def greedy_decode(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int = 0):
     """Pick the most likely next token until every row has produced EOS or ``max_len`` tokens.
 
@@ -53,8 +54,13 @@ def greedy_decode(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: in
     log-probabilities of the chosen tokens.
     """
     _check(src, max_len)
-    was_training = model.training
-    model.eval()
+    with eval_mode(model):
+        tgt, scores = _greedy(model, src, max_len, sos, eos, pad)
+    return [_strip(row, eos, pad) for row in tgt[:, 1:].tolist()], scores
+
+
+def _greedy(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int):
+    """Greedy decoding's tokens ``(B, 1 + t)`` (SOS first) and summed log-probabilities ``(B,)``."""
     memory, keep = model.encode(src), model.source_mask(src)
     tgt = torch.full((src.shape[0], 1), sos, dtype=torch.long, device=src.device)  # (B, 1)
     scores = torch.zeros(src.shape[0], device=src.device)
@@ -68,8 +74,7 @@ def greedy_decode(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: in
         done |= token == eos
         if done.all():
             break
-    model.train(was_training)
-    return [_strip(row, eos, pad) for row in tgt[:, 1:].tolist()], scores
+    return tgt, scores
 
 
 def _advance_beams(scores: Tensor, log_probs: Tensor, done: Tensor, pad: int, k: int):
@@ -87,7 +92,6 @@ def _advance_beams(scores: Tensor, log_probs: Tensor, done: Tensor, pad: int, k:
     return top, index // V, index % V
 
 
-@torch.no_grad()
 def beam_search(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int = 0,
                 beam_size: int = 4, length_penalty: float = 0.0):
     """Keep the ``beam_size`` best partial translations of every source sentence (batched).
@@ -99,8 +103,14 @@ def beam_search(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int,
     _check(src, max_len)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    was_training, K, B = model.training, beam_size, src.shape[0]
-    model.eval()
+    with eval_mode(model):
+        tokens, scores = _beams(model, src, max_len, sos, eos, pad, beam_size)
+    return _best_beams(tokens, scores, eos, pad, beam_size, length_penalty)
+
+
+def _beams(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int, K: int):
+    """Every beam's tokens ``(B*K, t)`` (SOS dropped) and summed log-probabilities ``(B, K)``."""
+    B = src.shape[0]
     memory = model.encode(src).repeat_interleave(K, dim=0)  # (B*K, S, D): encode once
     keep = model.source_mask(src).repeat_interleave(K, dim=0)  # (B*K, S)
     tgt = torch.full((B * K, 1), sos, dtype=torch.long, device=src.device)
@@ -116,8 +126,7 @@ def beam_search(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int,
         done = done[rows] | (token.flatten() == eos)
         if done.all():
             break
-    model.train(was_training)
-    return _best_beams(tgt[:, 1:], scores, eos, pad, K, length_penalty)
+    return tgt[:, 1:], scores
 
 
 def _best_beams(tokens: Tensor, scores: Tensor, eos: int, pad: int, k: int, length_penalty: float):
@@ -130,20 +139,16 @@ def _best_beams(tokens: Tensor, scores: Tensor, eos: int, pad: int, k: int, leng
     return chosen, scores.gather(1, best[:, None]).squeeze(1)
 
 
-@torch.no_grad()
 def sequence_log_prob(model: nn.Module, src: Tensor, hypothesis: list[int], sos: int,
                       eos: int | None = None) -> float:
     """Teacher-forced log P(hypothesis [+ EOS] | src) for one source ``(1, S)``: one causal pass."""
-    was_training = model.training
-    model.eval()
     target = list(hypothesis) + ([] if eos is None else [eos])
     tgt = torch.tensor([[sos] + target], device=src.device)  # (1, T+1)
-    log_probs = model(src, tgt[:, :-1]).float().log_softmax(-1)  # (1, T, V)
-    model.train(was_training)
+    with eval_mode(model):
+        log_probs = model(src, tgt[:, :-1]).float().log_softmax(-1)  # (1, T, V)
     return float(log_probs[0].gather(1, tgt[0, 1:, None]).sum())
 
 
-@torch.no_grad()
 def sample(model: nn.Module, prefix: Tensor, max_new: int, temperature: float = 1.0,
            top_k: int | None = None, eos: int | None = None, generator: torch.Generator | None = None):
     """Continue ``prefix (B, L)`` with a decoder-only model by sampling ``max_new`` tokens.
@@ -154,15 +159,23 @@ def sample(model: nn.Module, prefix: Tensor, max_new: int, temperature: float = 
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    was_training, tokens = model.training, prefix
-    model.eval()
-    done = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
+    with eval_mode(model):
+        return _sample(model, prefix, max_new, temperature, top_k, eos, generator)
+
+
+def _next_token_logits(model: nn.Module, tokens: Tensor, temperature: float, top_k: int | None) -> Tensor:
+    """``(B, V)`` logits of the token after ``tokens``, tempered and cut to the ``top_k`` best."""
+    logits = model(tokens[:, -model.config.max_len:])[:, -1].float() / temperature  # (B, V)
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return logits
+
+
+def _sample(model, tokens: Tensor, max_new: int, temperature: float, top_k, eos, generator) -> Tensor:
+    done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     for _ in range(max_new):
-        window = tokens[:, -model.config.max_len:]
-        logits = model(window)[:, -1].float() / temperature  # (B, V)
-        if top_k is not None:
-            kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
+        logits = _next_token_logits(model, tokens, temperature, top_k)  # (B, V)
         nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)  # (B, 1)
         if eos is not None:
             nxt = nxt.masked_fill(done[:, None], eos)
@@ -170,5 +183,4 @@ def sample(model: nn.Module, prefix: Tensor, max_new: int, temperature: float = 
         tokens = torch.cat([tokens, nxt], dim=1)
         if eos is not None and done.all():
             break
-    model.train(was_training)
     return tokens

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .attention import causal_mask
+from .attention import causal_padding_mask, key_mask
 from .blocks import TransformerStack
 from .position import sinusoidal_encoding
 
@@ -66,17 +66,6 @@ def output_projection(embedding: "TokenEmbedding", vocab: int, tie: bool) -> nn.
     else:
         nn.init.normal_(output.weight, std=d_model ** -0.5)
     return output
-
-
-def key_mask(keep: Tensor) -> Tensor:
-    """``(B, S)`` True = real token -> ``(B, 1, 1, S)``: a mask over keys for every head and query."""
-    return keep[:, None, None, :]
-
-
-def causal_padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """``(B, L)`` tokens -> ``(B, 1, L, L)``: query i sees keys j <= i that are not padding."""
-    causal = causal_mask(tokens.shape[-1], device=tokens.device)  # (L, L)
-    return causal & key_mask(tokens != pad_id)  # (B, 1, L, L)
 
 
 # -------------------------------------------------------------------- encoder-decoder

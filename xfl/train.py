@@ -1,44 +1,47 @@
-"""One training loop for every chapter that trains a model (chapters 5-7, decoder-only).
+"""The one training loop: every model the book trains (chapter 5 explains it; chapters 6, 7 and 9
+and ``bench/`` use it).
 
-Explained in chapter 5 (chapters/ch05_encoder_decoder/translation.md).
+``train(model, data, loss_fn, config)`` runs AdamW (fused on CUDA; no weight decay on biases,
+norms, position embeddings or a class token) under a learning-rate schedule driven by progress
+(steps, or seconds of training, whichever the config sets): Vaswani et al.'s inverse square
+root or a warm-up + cosine decay. Each step runs in the device's precision (``xfl.precision``:
+bf16 and ``torch.compile`` on recent GPUs, fp16 with a gradient scaler on a T4, fp32 on a
+CPU), clips the gradient norm and reads nothing back from the device: losses, token counts
+and norms stay there until a log line needs them. Compilation and the first step happen
+before the training clock starts and are reported apart (``compile_seconds``). Checkpoints
+(``xfl.checkpoint``) resume a run exactly; under ``torchrun`` the same call trains with
+DistributedDataParallel (``xfl.distributed``).
 
-``train(model, data, loss_fn, config)`` runs AdamW with the inverse-square-root warm-up
-schedule of Vaswani et al. (2017), gradient clipping, the device's mixed precision
-(``xfl.precision``: bf16 on recent GPUs, fp16 with a gradient scaler on a T4), a tqdm bar,
-per-layer gradient norms, atomic checkpoints and exact resumption. Launched with
-``torchrun`` it wraps the model in DistributedDataParallel and shards the batches, with no
-change to the calling code.
-
-- ``data(epoch)`` returns the batches of one epoch, the same ones every time it is called
-  with the same epoch (shuffle with a seed that depends on the epoch), so that a resumed or
-  distributed run sees exactly the batches an uninterrupted single-process run would.
-  They must not draw from the global random generators (use a ``torch.Generator``).
-- ``loss_fn(model, batch) -> (mean loss, number of target tokens)`` (the count may be a
-  tensor: it is read only when logging, to avoid a GPU sync per step); see ``seq2seq_loss``,
-  ``lm_loss`` and ``classification_loss``.
+- ``data(epoch)`` returns the batches of one epoch, the same ones every time it is called with
+  the same epoch (``xfl.batches``), so that a resumed or distributed run sees exactly the
+  batches an uninterrupted single-process run would. A batch is a tensor or a tuple of them.
+- ``loss_fn(model, batch) -> (mean loss, number of targets)``; the count may be a tensor (it is
+  read only when logging). See ``seq2seq_loss``, ``lm_loss`` and ``xfl.vit_train``.
+- ``on_log(entry)`` sees every history entry; ``evaluate(model) -> dict`` runs in eval mode
+  every ``eval_every`` steps and at the end, outside the training clock.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
-import random
 import re
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
-import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .files import atomic_path
+from .checkpoint import load_checkpoint, save_checkpoint
+from .distributed import (Processes, from_main, join, mean_over_processes, shard, sum_over_processes,
+                          unwrap, wrap)
+from .modes import eval_mode
 from .precision import Precision, choose_precision
 from .runtime import default_device, seed_everything
+from .timing import synchronize
 
 
 # ---------------------------------------------------------------------------- losses
@@ -65,14 +68,7 @@ def lm_loss(model: nn.Module, tokens: Tensor, *, label_smoothing: float = 0.0, p
     return loss, (labels != pad_id).sum()
 
 
-def classification_loss(model: nn.Module, batch, *, label_smoothing: float = 0.0):
-    """Cross-entropy of a classifier on ``batch = (inputs, labels (B,))``."""
-    inputs, labels = batch
-    loss = F.cross_entropy(model(inputs).float(), labels, label_smoothing=label_smoothing)
-    return loss, labels.numel()
-
-
-# -------------------------------------------------------------------------- schedule
+# ------------------------------------------------------------------------- schedules
 def inverse_sqrt_factor(step: int, warmup: int) -> float:
     """Multiplier of the peak learning rate at optimizer step ``step`` (0-based).
 
@@ -88,43 +84,78 @@ def inverse_sqrt_factor(step: int, warmup: int) -> float:
     return min(s / warmup, math.sqrt(warmup / s))
 
 
+def warmup_cosine(progress: float, warmup: float) -> float:
+    """Multiplier at ``progress`` in [0, 1]: linear rise over the first ``warmup`` fraction,
+    then a cosine decay to 0 at progress 1."""
+    if not 0.0 <= warmup < 1.0:
+        raise ValueError(f"warmup must be a fraction in [0, 1), got {warmup}")
+    progress = min(max(progress, 0.0), 1.0)
+    if progress < warmup:
+        return progress / warmup
+    return 0.5 * (1.0 + math.cos(math.pi * (progress - warmup) / (1.0 - warmup)))
+
+
+SCHEDULES = ("inverse_sqrt", "cosine")
+
+
 # ---------------------------------------------------------------------------- config
 @dataclass
 class TrainConfig:
     """Everything ``train`` needs besides the model, data and loss."""
 
-    steps: int = 1000
+    steps: int = 1000  # stop after this many optimizer steps ...
+    max_seconds: float | None = None  # ... or this much training time, whichever comes first
     lr: float = 5e-4  # peak learning rate
-    warmup: int = 400  # 0 = no warm-up (constant lr)
+    schedule: str = "inverse_sqrt"  # or "cosine" (decays to 0 when steps or max_seconds run out)
+    warmup: int = 400  # inverse_sqrt: warm-up steps (0 = constant lr)
+    warmup_fraction: float = 0.05  # cosine: the fraction of the run spent warming up
     weight_decay: float = 0.01
     betas: tuple = (0.9, 0.98)
     eps: float = 1e-9
     clip_norm: float | None = 1.0  # None = no clipping
     amp: bool = True  # mixed precision where the device has it (xfl.precision); False = fp32
+    compile: bool = True  # torch.compile where xfl.precision says it works (bf16 on CUDA >= 8.0)
     seed: int = 0
     log_every: int = 10
     grad_norm_every: int = 0  # record per-layer gradient norms every k steps (0 = never)
+    eval_every: int = 0  # call ``evaluate`` every k steps (0 = only at the end)
     checkpoint_path: str | None = None
     checkpoint_every: int = 0  # 0 = only at the end (when a path is given)
-    max_seconds: float | None = None  # stop early after this much training time
     progress: bool = True  # tqdm bar (rank 0 only)
     device: str | None = None  # None = xfl.runtime.default_device()
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+
+    def progress_at(self, step: int, seconds: float) -> float:
+        """Fraction of the run done: by steps, or by the clock when ``max_seconds`` is set."""
+        done = step / self.steps
+        return done if self.max_seconds is None else max(done, seconds / self.max_seconds)
+
+    def lr_at(self, step: int, seconds: float) -> float:
+        """The learning rate of optimizer step ``step`` (0-based), ``seconds`` into the run."""
+        if self.schedule == "inverse_sqrt":
+            return self.lr * inverse_sqrt_factor(step, self.warmup)
+        return self.lr * warmup_cosine(self.progress_at(step, seconds), self.warmup_fraction)
 
 
 @dataclass
 class TrainState:
-    """What ``train`` returns: the step reached, the logged history and timing."""
+    """How far a run got; saved in checkpoints and returned by ``train``."""
 
     step: int = 0
     epoch: int = 0
-    batch_in_epoch: int = 0
-    history: list = field(default_factory=list)  # dicts: step, loss, lr, grad_norm
+    batch_in_epoch: int = 0  # batches of ``epoch`` already trained on
+    tokens: int = 0  # targets trained on (tokens; images for a classifier), all processes
+    seconds: float = 0.0  # training time, compilation and first steps excluded
+    compile_seconds: float = 0.0  # compilation + the first step of each (resumed) run
+    history: list = field(default_factory=list)  # dicts: step, epoch, loss, lr, grad_norm, seconds
     grad_norms: list = field(default_factory=list)  # (step, {layer: norm})
-    tokens: int = 0
-    seconds: float = 0.0
+    evals: list = field(default_factory=list)  # dicts: step and what ``evaluate`` returned
 
 
-# ------------------------------------------------------------------- gradient norms
+# ------------------------------------------------------------------ gradient norms
 _LAYER_NAME = re.compile(r"^(.*?layers\.\d+)\.")
 
 
@@ -138,13 +169,14 @@ def layer_of(param_name: str) -> str:
 
 
 def layer_grad_norms(model: nn.Module) -> "OrderedDict[str, float]":
-    """L2 norm of the gradient of each layer's parameters, in model order."""
-    squares: "OrderedDict[str, float]" = OrderedDict()
+    """L2 norm of the gradient of each layer's parameters, in model order (one read-back)."""
+    squares: "OrderedDict[str, Tensor]" = OrderedDict()
     for name, p in unwrap(model).named_parameters():
         if p.grad is not None:
             key = layer_of(name)
-            squares[key] = squares.get(key, 0.0) + float(p.grad.detach().float().pow(2).sum())
-    return OrderedDict((k, math.sqrt(v)) for k, v in squares.items())
+            squares[key] = squares.get(key, 0.0) + p.grad.detach().float().pow(2).sum()
+    values = torch.stack(list(squares.values())).sqrt().tolist() if squares else []
+    return OrderedDict(zip(squares, values))
 
 
 def grad_norms_at_init(model: nn.Module, loss_fn: Callable, batch) -> "OrderedDict[str, float]":
@@ -157,227 +189,220 @@ def grad_norms_at_init(model: nn.Module, loss_fn: Callable, batch) -> "OrderedDi
     return norms
 
 
-# ---------------------------------------------------------------------- distributed
-def unwrap(model: nn.Module) -> nn.Module:
-    """The model inside a DistributedDataParallel wrapper (or the model itself)."""
-    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+# ------------------------------------------------------------------------ optimizer
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay for weight matrices only: not for biases and norms (1-D), nor for the names
+    a model lists in ``no_weight_decay`` (position embeddings, a class token)."""
+    model = unwrap(model)
+    exempt = tuple(getattr(model, "no_weight_decay", ()))
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            keep = p.ndim >= 2 and not name.startswith(exempt)
+            (decay if keep else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def launched_by_torchrun() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device | str = "cpu"):
+    """AdamW over :func:`parameter_groups`, fused into one kernel per step on CUDA."""
+    groups = parameter_groups(model, config.weight_decay)
+    fused = torch.device(device).type == "cuda"
+    return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps, fused=fused)
 
 
-def setup_distributed(device: torch.device) -> tuple[int, int, torch.device]:
-    """Join the process group torchrun describes; return (rank, world size, device).
-
-    NCCL on CUDA (one GPU per process, ``LOCAL_RANK``), gloo elsewhere.
-    """
-    if not launched_by_torchrun():
-        return 0, 1, device
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-    return dist.get_rank(), dist.get_world_size(), device
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
 
-def shard(batches: Iterable, rank: int, world: int):
-    """Batch ``rank`` of each group of ``world`` batches; an incomplete last group is dropped
-    so every process takes the same number of steps."""
-    iterator = iter(batches)
-    while group := list(itertools.islice(iterator, world)):
-        if len(group) < world:
-            return
-        yield group[rank]
+# ---------------------------------------------------------------------- one step
+def train_step(model, loss_fn, batch, optimizer, scaler: torch.amp.GradScaler, precision: Precision,
+               clip_norm: float | None = 1.0):
+    """One optimizer step in ``precision`` (fp16 scales the loss with ``scaler``); returns (loss,
+    target count, gradient norm before clipping), the loss and norm as tensors (reading them
+    would wait for the GPU). A step whose fp16 gradients overflowed is skipped by the scaler."""
+    with precision.autocast():
+        loss, n_targets = loss_fn(model, batch)
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    max_norm = clip_norm if clip_norm is not None else float("inf")
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach(), n_targets, grad_norm
 
 
-def _mean_over_processes(value: float, world: int, device) -> float:
-    if world == 1:
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return float(t) / world
-
-
-def _out_of_time(config: TrainConfig, seconds: float, world: int, device) -> bool:
-    """True once ``max_seconds`` is spent; processes agree (rank 0's clock decides)."""
-    if config.max_seconds is None or world == 1:
-        return config.max_seconds is not None and seconds > config.max_seconds
-    flag = torch.tensor([float(seconds > config.max_seconds)], device=device)
-    dist.broadcast(flag, src=0)
-    return bool(flag)
-
-
-# ---------------------------------------------------------------------- checkpoints
-def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def save_checkpoint(path: str, model, optimizer, scheduler, state: TrainState, config: TrainConfig):
-    """Write everything needed to resume, atomically (``xfl.files``): a crash while saving
-    leaves the previous checkpoint as it was."""
-    payload = {"model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
-               "scheduler": scheduler.state_dict(), "state": asdict(state),
-               "config": asdict(config), "rng": _rng_state()}
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        torch.save(payload, f)
-
-
-def load_checkpoint(path: str, model, optimizer=None, scheduler=None, map_location="cpu") -> TrainState:
-    """Restore model (and optimizer, scheduler, RNG when given) from ``path``; return the state."""
-    payload = torch.load(path, map_location=map_location, weights_only=False)
-    unwrap(model).load_state_dict(payload["model"])
-    if optimizer is not None:
-        optimizer.load_state_dict(payload["optimizer"])
-    if scheduler is not None:
-        scheduler.load_state_dict(payload["scheduler"])
-        _set_rng_state(payload["rng"])
-    return TrainState(**payload["state"])
-
-
-# ------------------------------------------------------------------------ the loop
-def make_optimizer(model: nn.Module, config: TrainConfig):
-    """AdamW (no weight decay on biases, norms and embeddings' 1-D params) + warm-up schedule."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: inverse_sqrt_factor(step, config.warmup))
-    return optimizer, scheduler
-
-
-def _to_device(batch, device):
+def _to_device(batch, device: torch.device):
+    """Move a batch (a tensor or a tuple of them) to ``device`` without waiting for it."""
     if isinstance(batch, Tensor):
+        if batch.device.type == "cpu" and device.type == "cuda":
+            batch = batch.pin_memory()  # an asynchronous copy needs page-locked memory
         return batch.to(device, non_blocking=True)
     if isinstance(batch, (list, tuple)):
         return type(batch)(_to_device(b, device) for b in batch)
     return batch
 
 
-def _batches_from(data, state: TrainState, rank: int, world: int):
+def _batches_from(data: Callable[[int], Iterable], state: TrainState, processes: Processes):
     """Yield (epoch, index, batch) forever, starting where ``state`` says."""
     epoch, skip = state.epoch, state.batch_in_epoch
     while True:
         produced = False
-        for i, batch in enumerate(shard(data(epoch), rank, world)):
+        for i, batch in enumerate(shard(data(epoch), processes.rank, processes.world)):
             produced = True
             if i >= skip:
                 yield epoch, i, batch
         if not produced:
-            raise ValueError(f"data({epoch}) gave fewer than {world} batches: nothing to train on")
+            raise ValueError(f"data({epoch}) gave fewer than {processes.world} batches: nothing to train on")
         epoch, skip = epoch + 1, 0
 
 
-def train_step(model, loss_fn, batch, optimizer, scheduler, config, precision: Precision,
-               scaler: torch.amp.GradScaler):
-    """One optimizer step in ``precision`` (fp16 scales the loss with ``scaler``); returns (loss,
-    target tokens, gradient norm before clipping), the loss and norm as tensors (reading them
-    would wait for the GPU). A step whose fp16 gradients overflowed is skipped by the scaler."""
-    with precision.autocast():
-        loss, n_tokens = loss_fn(model, batch)
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-    max_norm = config.clip_norm if config.clip_norm is not None else float("inf")
-    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    scheduler.step()
-    return loss.detach(), n_tokens, grad_norm
+# ----------------------------------------------------------------------- the run
+@dataclass
+class Run:
+    """Everything one call of ``train`` holds: what it trains and how, and how far it got."""
+
+    config: TrainConfig
+    model: nn.Module  # the plain model (what checkpoints hold)
+    net: nn.Module  # what the steps call: compiled and/or wrapped in DDP
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    precision: Precision
+    processes: Processes
+    state: TrainState
+    loss_sum: Tensor  # () summed losses since the last log line, on the device
+    target_sum: Tensor  # () targets since they were last counted, on the device
+    window: int = 0  # steps since the last log line
+    grad_norm: Tensor | None = None
+    seconds_before: float = 0.0  # training time of earlier (resumed-from) runs
+    clock_start: float | None = None  # set after the first step of this run
+
+    @property
+    def device(self) -> torch.device:
+        return self.processes.device
+
+    def every(self, k: int) -> bool:
+        return bool(k) and self.state.step % k == 0
 
 
-def _setup(model: nn.Module, config: TrainConfig, resume: bool):
-    """Device, process group, seeds, optimizer, schedule and (resumed) state for ``train``."""
-    device = torch.device(config.device) if config.device else default_device()
-    rank, world, device = setup_distributed(device)
+def start(model: nn.Module, config: TrainConfig, resume: bool) -> Run:
+    """Device, processes, seeds, precision, optimizer and the (resumed) state of a run."""
+    processes = join(torch.device(config.device) if config.device else default_device())
     seed_everything(config.seed)
-    model.to(device)
-    optimizer, scheduler = make_optimizer(model, config)
-    state, path = TrainState(), config.checkpoint_path
-    if resume and path and os.path.exists(path):
-        state = load_checkpoint(path, model, optimizer, scheduler, map_location=device)
-    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    return net.train(), optimizer, scheduler, state, device, rank, world
+    model.to(processes.device)
+    precision = choose_precision(processes.device, amp=config.amp)
+    optimizer, scaler = make_optimizer(model, config, processes.device), precision.grad_scaler()
+    state = TrainState()
+    if resume and config.checkpoint_path and os.path.exists(config.checkpoint_path):
+        state = TrainState(**load_checkpoint(config.checkpoint_path, model, optimizer, scaler,
+                                             map_location=processes.device))
+    net = torch.compile(model) if config.compile and precision.compile else model
+    zero = torch.zeros((), device=processes.device)
+    return Run(config, model, wrap(net, processes).train(), optimizer, scaler, precision, processes,
+               state, loss_sum=zero.clone(), target_sum=zero.clone(), seconds_before=state.seconds)
 
 
-def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable,
-          config: TrainConfig, resume: bool = True) -> TrainState:
-    """Train ``model`` for ``config.steps`` optimizer steps (or ``max_seconds``); see the module
-    docstring for ``data`` and ``loss_fn``. With ``resume`` and an existing checkpoint at
-    ``config.checkpoint_path``, training continues from it exactly."""
+def finished(run: Run) -> bool:
+    """Out of steps, or (rank 0's clock decides for all processes) out of time."""
+    config, state = run.config, run.state
+    if run.clock_start is not None and config.max_seconds is not None:
+        state.seconds = from_main(run.seconds_before + time.perf_counter() - run.clock_start, run.processes)
+    out_of_time = config.max_seconds is not None and state.seconds >= config.max_seconds
+    return state.step >= config.steps or out_of_time
+
+
+def step(run: Run, loss_fn: Callable, batch) -> None:
+    """One optimizer step at the scheduled learning rate; the first one of a run (compilation
+    included) is timed apart, and the training clock starts after it."""
+    first, began = run.clock_start is None, time.perf_counter()
+    set_lr(run.optimizer, run.config.lr_at(run.state.step, run.state.seconds))
+    loss, n_targets, run.grad_norm = train_step(run.net, loss_fn, _to_device(batch, run.device),
+                                                run.optimizer, run.scaler, run.precision,
+                                                run.config.clip_norm)
+    run.loss_sum += loss.float()
+    run.target_sum += n_targets
+    run.window += 1
+    run.state.step += 1
+    if first:
+        synchronize(run.device)
+        run.state.compile_seconds += time.perf_counter() - began
+        run.clock_start = time.perf_counter()
+    elif run.config.max_seconds is None:
+        run.state.seconds = run.seconds_before + time.perf_counter() - run.clock_start
+
+
+def count_targets(run: Run) -> None:
+    """Add the targets counted on the device (every process's) to ``state.tokens``."""
+    run.state.tokens += int(sum_over_processes(run.target_sum, run.processes))
+    run.target_sum.zero_()
+
+
+def log(run: Run, on_log: Callable[[dict], None] | None) -> dict:
+    """Append the window's mean loss (over steps and processes) to the history; one read-back."""
+    count_targets(run)
+    loss = float(mean_over_processes(run.loss_sum / max(run.window, 1), run.processes))
+    state = run.state
+    entry = {"step": state.step, "epoch": state.epoch, "loss": loss,
+             "lr": run.config.lr_at(state.step, state.seconds), "grad_norm": float(run.grad_norm),
+             "seconds": state.seconds}
+    state.history.append(entry)
+    run.loss_sum.zero_()
+    run.window = 0
+    if on_log is not None:
+        on_log(entry)
+    return entry
+
+
+def evaluate_now(run: Run, evaluate: Callable[[nn.Module], dict]) -> None:
+    """Run ``evaluate`` in eval mode, outside the training clock."""
+    began = time.perf_counter()
+    with eval_mode(run.model):
+        run.state.evals.append({"step": run.state.step, **evaluate(run.model)})
+    if run.clock_start is not None:
+        run.clock_start += time.perf_counter() - began
+
+
+def checkpoint(run: Run) -> None:
+    """Save everything needed to resume (rank 0 writes; every process counts its targets)."""
+    count_targets(run)
+    if run.processes.is_main:
+        save_checkpoint(run.config.checkpoint_path, run.model, run.optimizer, run.scaler,
+                        asdict(run.state), asdict(run.config))
+
+
+# ------------------------------------------------------------------------ the loop
+def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable, config: TrainConfig,
+          resume: bool = True, evaluate: Callable[[nn.Module], dict] | None = None,
+          on_log: Callable[[dict], None] | None = None) -> TrainState:
+    """Train ``model`` until ``config.steps`` or ``config.max_seconds`` runs out; see the module
+    docstring for the arguments. With ``resume`` and a checkpoint at ``config.checkpoint_path``,
+    training continues from it exactly."""
     from tqdm.auto import tqdm
 
-    net, optimizer, scheduler, state, device, rank, world = _setup(model, config, resume)
-    path, every = config.checkpoint_path, config.checkpoint_every
-    bar = tqdm(total=config.steps, initial=state.step, disable=not config.progress or rank != 0,
-               desc="train", dynamic_ncols=True)
-    precision = choose_precision(device, amp=config.amp)
-    scaler = precision.grad_scaler()
-    window, start, grad_norm = [], time.perf_counter(), None
-    batches = _batches_from(data, state, rank, world)
-    while state.step < config.steps:
-        if _out_of_time(config, state.seconds + time.perf_counter() - start, world, device):
-            break
+    run = start(model, config, resume)
+    state, batches = run.state, _batches_from(data, run.state, run.processes)
+    bar = tqdm(total=config.steps if config.max_seconds is None else None, initial=state.step,
+               disable=not config.progress or not run.processes.is_main, desc="train", dynamic_ncols=True)
+    while not finished(run):
         state.epoch, index, batch = next(batches)
         state.batch_in_epoch = index + 1
-        loss, n_tokens, grad_norm = train_step(net, loss_fn, _to_device(batch, device), optimizer,
-                                                scheduler, config, precision, scaler)
-        state.step += 1
-        window.append((loss, n_tokens))
-        if config.grad_norm_every and state.step % config.grad_norm_every == 0:
-            state.grad_norms.append((state.step, dict(layer_grad_norms(net))))
-        if state.step % config.log_every == 0 or state.step == config.steps:
-            _log(state, window, grad_norm, scheduler, world, device, bar)
+        step(run, loss_fn, batch)
         bar.update(1)
-        if path and every and state.step % every == 0:
-            _checkpoint(path, net, optimizer, scheduler, state, config, rank, start, window, world)
+        if run.every(config.log_every):
+            entry = log(run, on_log)
+            bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.2e}")
+        if run.every(config.grad_norm_every):
+            state.grad_norms.append((state.step, dict(layer_grad_norms(run.net))))
+        if evaluate is not None and run.every(config.eval_every):
+            evaluate_now(run, evaluate)
+        if config.checkpoint_path and run.every(config.checkpoint_every):
+            checkpoint(run)
     bar.close()
-    if window:
-        _log(state, window, grad_norm, scheduler, world, device, bar)
-    state.seconds += time.perf_counter() - start
-    if path and rank == 0:
-        save_checkpoint(path, net, optimizer, scheduler, state, config)
+    if run.window:
+        log(run, on_log)
+    if evaluate is not None and not run.every(config.eval_every):
+        evaluate_now(run, evaluate)
+    if config.checkpoint_path:
+        checkpoint(run)
     return state
-
-
-def _count_tokens(state, window, world):
-    """Add the window's not-yet-counted target tokens to ``state.tokens`` (all processes)."""
-    for i, (loss, n_tokens) in enumerate(window):
-        state.tokens += int(n_tokens) * world
-        window[i] = (loss, 0)
-
-
-def _log(state, window, grad_norm, scheduler, world, device, bar):
-    """Append the window's mean loss (over steps and processes) to the history; empty the window."""
-    _count_tokens(state, window, world)
-    losses = torch.stack([loss.float() for loss, _ in window])
-    loss = _mean_over_processes(float(losses.mean()), world, device)
-    lr = scheduler.get_last_lr()[0]
-    state.history.append({"step": state.step, "loss": loss, "lr": lr, "grad_norm": float(grad_norm)})
-    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
-    window.clear()
-
-
-def _checkpoint(path, net, optimizer, scheduler, state, config, rank, start, window, world):
-    """Save mid-run (rank 0), with the tokens and time so far counted in the saved state."""
-    _count_tokens(state, window, world)
-    if rank != 0:
-        return
-    elapsed = time.perf_counter() - start
-    state.seconds += elapsed  # saved with the elapsed time included ...
-    save_checkpoint(path, net, optimizer, scheduler, state, config)
-    state.seconds -= elapsed  # ... and counted once more at the end of this run

@@ -2,8 +2,10 @@
 
 ``prepare_task`` turns sentence pairs into vocabularies, encoded training pairs and held-out
 test sentences with all their reference translations; ``epoch_batches`` feeds
-``xfl.train.train``; ``translate`` and ``heldout_bleu`` decode autoregressively and score with
-sacreBLEU against every reference (case-insensitive, since ``xfl.data.text`` lower-cases).
+``xfl.train.train``; ``translate`` decodes autoregressively (greedy or beam search, with a length
+penalty) and returns each translation with its log-probability; ``sacrebleu_score`` and
+``heldout_bleu`` score with sacreBLEU against every reference (case-insensitive, since
+``xfl.data.text`` lower-cases).
 Sentence pairs from www.manythings.org/anki and tatoeba.org (CC-BY 2.0 FR).
 """
 
@@ -16,6 +18,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from .batches import epoch_rng, shuffled
 from .data.text import (EOS, PAD, SOS, Vocab, detokenize, encode_pairs, filter_by_length,
                         group_references, pad_batch, split_by_english, tokenize)
 from .decode import beam_search, greedy_decode
@@ -62,24 +65,32 @@ def epoch_batches(encoded: Sequence, batch_size: int, epoch: int, seed: int = 0,
     Pairs are shuffled, then sorted by length inside pools of ``pool`` batches so that a batch
     holds sentences of similar length (little padding); the batch order is shuffled again.
     """
-    rng = random.Random(seed * 100_003 + epoch)
-    order = list(range(len(encoded)))
-    rng.shuffle(order)
+    rng = epoch_rng(epoch, seed)
+    order = shuffled(range(len(encoded)), rng)
     batches = []
     for start in range(0, len(order), batch_size * pool):
         chunk = sorted(order[start:start + batch_size * pool], key=lambda i: len(encoded[i][1]))
         batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
-    rng.shuffle(batches)
-    for rows in batches:
+    for rows in shuffled(batches, rng):
         src, _ = pad_batch([encoded[i][0] for i in rows])
         tgt, _ = pad_batch([encoded[i][1] for i in rows])
         yield src, tgt
 
 
-@torch.no_grad()
+@dataclass
+class Translation:
+    """One decoded sentence: detokenized (lower-case) text, token ids, and the model's summed
+    log-probability of those ids (EOS included when it was produced)."""
+
+    text: str
+    ids: list
+    log_prob: float
+
+
 def translate(model: nn.Module, task: TranslationTask, sentences: Sequence[str], beam_size: int = 1,
-              batch_size: int = 128, extra_len: int = 10) -> list[str]:
-    """English sentences -> detokenized (lower-case) Spanish, decoded autoregressively."""
+              length_penalty: float = 0.0, batch_size: int = 128, extra_len: int = 10) -> list[Translation]:
+    """English sentences -> Spanish ``Translation``s, decoded autoregressively: greedy for
+    ``beam_size=1``, else beam search ranking finished beams by log P / length**length_penalty."""
     device = next(model.parameters()).device
     out = []
     for start in range(0, len(sentences), batch_size):
@@ -88,10 +99,11 @@ def translate(model: nn.Module, task: TranslationTask, sentences: Sequence[str],
         src, _ = pad_batch(chunk, device=device)
         max_len = min(src.shape[1] + extra_len, model.config.max_len - 1)
         if beam_size == 1:
-            hyps, _ = greedy_decode(model, src, max_len, SOS, EOS, PAD)
+            hyps, scores = greedy_decode(model, src, max_len, SOS, EOS, PAD)
         else:
-            hyps, _ = beam_search(model, src, max_len, SOS, EOS, PAD, beam_size=beam_size)
-        out += [detokenize(task.tgt_vocab.decode(h)) for h in hyps]
+            hyps, scores = beam_search(model, src, max_len, SOS, EOS, PAD, beam_size, length_penalty)
+        out += [Translation(detokenize(task.tgt_vocab.decode(h)), h, score)
+                for h, score in zip(hyps, scores.tolist())]
     return out
 
 
@@ -101,21 +113,28 @@ def reference_streams(references: Sequence[Sequence[str]]) -> list[list[str | No
     return [[r[i] if i < len(r) else None for r in references] for i in range(most)]
 
 
+def sacrebleu_score(hypotheses: Sequence[str], groups: Sequence[tuple[str, Sequence[str]]]) -> tuple[float, str]:
+    """Multi-reference, case-insensitive sacreBLEU of detokenized ``hypotheses`` against the raw
+    references of ``groups`` (``[(english, [spanish, ...])]``); returns (score, signature)."""
+    import sacrebleu
+
+    metric = sacrebleu.metrics.BLEU(lowercase=True)
+    score = metric.corpus_score(list(hypotheses), reference_streams([refs for _, refs in groups]))
+    return score.score, str(metric.get_signature())
+
+
 def heldout_bleu(model: nn.Module, task: TranslationTask, beam_size: int = 4, limit: int | None = None,
-              batch_size: int = 128) -> dict:
+                 batch_size: int = 128, length_penalty: float = 0.0) -> dict:
     """Multi-reference sacreBLEU of the model on the held-out English sentences.
 
     Hypotheses are detokenized; references are the raw Tatoeba translations; the comparison
     ignores case (``lowercase=True``) because the pipeline lower-cases. Returns the score,
     its signature and a few example translations.
     """
-    import sacrebleu
-
     groups = task.test[:limit]
-    hypotheses = translate(model, task, [en for en, _ in groups], beam_size, batch_size)
-    metric = sacrebleu.metrics.BLEU(lowercase=True)
-    score = metric.corpus_score(hypotheses, reference_streams([refs for _, refs in groups]))
+    hypotheses = [t.text for t in translate(model, task, [en for en, _ in groups], beam_size,
+                                            length_penalty, batch_size)]
+    bleu, signature = sacrebleu_score(hypotheses, groups)
     examples = [{"english": en, "xfl": hyp, "references": refs}
                 for (en, refs), hyp in list(zip(groups, hypotheses))[:5]]
-    return {"bleu": score.score, "signature": str(metric.get_signature()),
-            "sentences": len(groups), "examples": examples}
+    return {"bleu": bleu, "signature": signature, "sentences": len(groups), "examples": examples}

@@ -7,6 +7,8 @@ Pre-LN encoder of :mod:`xfl.blocks`, classify from the class token (Dosovitskiy 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
@@ -74,6 +76,22 @@ class PatchEmbedding(nn.Module):
         return linear
 
 
+@dataclass
+class ViTConfig:
+    """Sizes of a ``ViT`` (the defaults: ViT-Lite-7/4 of Hassani et al., 2021, for 32x32 images);
+    ``d_hidden=None`` means 4·d_model."""
+
+    image_size: int = 32
+    patch_size: int = 4
+    in_channels: int = 3
+    num_classes: int = 10
+    d_model: int = 256
+    num_heads: int = 4
+    num_layers: int = 7
+    d_hidden: int | None = 512
+    dropout: float = 0.0
+
+
 class ViT(nn.Module):
     """Vision Transformer classifier: ``(B, C, H, W)`` images -> ``(B, num_classes)`` logits.
 
@@ -81,21 +99,22 @@ class ViT(nn.Module):
     registered parameter, so ``model.parameters()`` hands all of them to the optimizer.
     """
 
-    def __init__(self, image_size: int = 32, patch_size: int = 4, in_channels: int = 3,
-                 num_classes: int = 10, d_model: int = 256, num_heads: int = 4,
-                 num_layers: int = 6, d_hidden: int | None = None, dropout: float = 0.0):
+    no_weight_decay = ("cls_token", "pos_embedding")  # read by xfl.train.parameter_groups
+
+    def __init__(self, config: ViTConfig):
         super().__init__()
-        if image_size % patch_size:
-            raise ValueError(f"image_size={image_size} is not divisible by patch_size={patch_size}")
-        self.image_size, self.patch_size = image_size, patch_size
-        self.grid = image_size // patch_size  # patches per side
-        self.patch_embed = PatchEmbedding(patch_size, in_channels, d_model)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
-        self.pos_embedding = nn.Parameter(torch.zeros(1, 1 + self.grid ** 2, d_model))
-        self.dropout = nn.Dropout(dropout)
-        self.encoder = TransformerStack(num_layers, d_model, num_heads, d_hidden, dropout,
+        c = self.config = config
+        if c.image_size % c.patch_size:
+            raise ValueError(f"image_size={c.image_size} is not divisible by patch_size={c.patch_size}")
+        self.image_size, self.patch_size = c.image_size, c.patch_size
+        self.grid = c.image_size // c.patch_size  # patches per side
+        self.patch_embed = PatchEmbedding(c.patch_size, c.in_channels, c.d_model)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model))
+        self.pos_embedding = nn.Parameter(torch.zeros(1, 1 + self.grid ** 2, c.d_model))
+        self.dropout = nn.Dropout(c.dropout)
+        self.encoder = TransformerStack(c.num_layers, c.d_model, c.num_heads, c.d_hidden, c.dropout,
                                         norm_first=True, activation="gelu")
-        self.head = nn.Linear(d_model, num_classes)
+        self.head = nn.Linear(c.d_model, c.num_classes)
         nn.init.trunc_normal_(self.pos_embedding, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
 

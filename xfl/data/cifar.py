@@ -1,23 +1,19 @@
-"""CIFAR-10: load the python batches, normalize, augment whole batches on any device.
+"""CIFAR-10: load the python batches, measure and apply the channel statistics.
 
 Public API
 ----------
 ``load_cifar10(train=True) -> (images uint8 (N, 3, 32, 32), labels int64 (N,))``
 ``CLASSES``                      the ten class names, index = label.
 ``CIFAR10_MEAN``, ``CIFAR10_STD``   published per-channel mean/std of the training pixels in [0, 1].
-``channel_stats(images)``, ``check_channel_stats(images)``   measure / verify those numbers.
+``channel_stats(images)``         measure those numbers.
 ``normalize(images)``            uint8 (or float in [0, 1]) ``(..., 3, H, W)`` -> standardized float32.
-``random_crop``, ``random_flip``, ``augment_batch``   vectorized, seeded by a ``torch.Generator``,
-                                 on whichever device the images live (the GPU path);
-                                 ``augment_batch(..., trivial_augment=True)`` adds ``xfl.augment``.
-``device_batches(...)``          shuffled, augmented, normalized batches from tensors on a device.
-``cifar_dataloader(...)``        a ``torch.utils.data.DataLoader`` doing the same on the CPU.
 ``read_batch(path)``             one pickled batch file -> numpy arrays (corrupt file -> ValueError).
 
 Files come from the cache, the offline mirror (``XFL_DATA_MIRROR``; its re-packed batches are
 verified by their sha256) or the official tarball (md5-verified, extracted atomically). Cite
 A. Krizhevsky, "Learning Multiple Layers of Features from Tiny Images", 2009. Described in the
-book's page "The datasets" (chapters/ch00_data/datasets.md).
+book's page "The datasets" (chapters/ch00_data/datasets.md). Augmentations live in
+``xfl.augment``.
 """
 
 from __future__ import annotations
@@ -27,14 +23,12 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from functools import lru_cache
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from xfl import augment
 from xfl.data.download import (CIFAR10_TARBALL, DataUnavailableError, cache_dir, fetch,
                                hash_matches, mirror_dir)
 
@@ -167,95 +161,18 @@ def channel_stats(images: Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]
     return tuple(means), tuple(stds)
 
 
-def check_channel_stats(images: Tensor, tol: float = 1e-3) -> None:
-    """Raise ValueError unless ``images`` (the training set) reproduce CIFAR10_MEAN/STD."""
-    mean, std = channel_stats(images)
-    for what, got, want in (("mean", mean, CIFAR10_MEAN), ("std", std, CIFAR10_STD)):
-        if max(abs(g - w) for g, w in zip(got, want)) > tol:
-            raise ValueError(f"channel {what} {tuple(round(g, 4) for g in got)} differs from "
-                             f"the published {want} by more than {tol}")
-
-
 def normalize(images: Tensor) -> Tensor:
     """uint8 ``(..., 3, H, W)`` (or float in [0, 1]) -> float32 ``(x - mean) / std``, same device."""
     if images.ndim < 3 or images.shape[-3] != 3:
         raise ValueError(f"images must be (..., 3, H, W), got shape {tuple(images.shape)}")
     x = images.float() / 255 if images.dtype == torch.uint8 else images.float()
-    mean = torch.tensor(CIFAR10_MEAN, device=x.device).view(3, 1, 1)
-    std = torch.tensor(CIFAR10_STD, device=x.device).view(3, 1, 1)
+    mean, std = _mean_std(x.device)
     return (x - mean) / std
 
 
-# -------------------------------------------------------------- augmentation
-def _randint(high: int, size: int, generator: torch.Generator | None, device) -> Tensor:
-    gen_device = generator.device if generator is not None else "cpu"
-    return torch.randint(high, (size,), generator=generator, device=gen_device).to(device)
-
-
-def random_crop(images: Tensor, padding: int = 4, generator: torch.Generator | None = None) -> Tensor:
-    """Zero-pad ``(B, C, H, W)`` by ``padding`` and cut a random ``H x W`` window per image."""
-    if images.ndim != 4:
-        raise ValueError(f"images must be (B, C, H, W), got shape {tuple(images.shape)}")
-    B, C, H, W = images.shape
-    padded = F.pad(images, (padding,) * 4)  # (B, C, H + 2p, W + 2p)
-    top = _randint(2 * padding + 1, B, generator, images.device)  # (B,)
-    left = _randint(2 * padding + 1, B, generator, images.device)
-    rows = top[:, None] + torch.arange(H, device=images.device)  # (B, H)
-    cols = left[:, None] + torch.arange(W, device=images.device)  # (B, W)
-    b = torch.arange(B, device=images.device)[:, None, None, None]
-    c = torch.arange(C, device=images.device)[None, :, None, None]
-    return padded[b, c, rows[:, None, :, None], cols[:, None, None, :]]  # (B, C, H, W)
-
-
-def random_flip(images: Tensor, generator: torch.Generator | None = None, p: float = 0.5) -> Tensor:
-    """Mirror each image of ``(B, C, H, W)`` left-right with probability ``p``."""
-    gen_device = generator.device if generator is not None else "cpu"
-    flip = torch.rand(images.shape[0], generator=generator, device=gen_device) < p
-    return torch.where(flip.to(images.device)[:, None, None, None], images.flip(-1), images)
-
-
-def augment_batch(images: Tensor, generator: torch.Generator | None = None,
-                  padding: int = 4, trivial_augment: bool = False) -> Tensor:
-    """Random crop with ``padding`` and a random horizontal flip, for a whole batch; with
-    ``trivial_augment``, then one random TrivialAugment operation per image (``xfl.augment``)."""
-    images = random_flip(random_crop(images, padding, generator), generator)
-    return augment.trivial_augment(images, generator) if trivial_augment else images
-
-
-# ------------------------------------------------------------------- batches
-def device_batches(images: Tensor, labels: Tensor, batch_size: int, *, augment: bool = False,
-                   shuffle: bool = True, generator: torch.Generator | None = None
-                   ) -> Iterator[tuple[Tensor, Tensor]]:
-    """Normalized float batches ``(B, 3, H, W)`` and labels ``(B,)``, on ``images.device``
-    (move the whole set to the GPU once, then every step stays there)."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    n = images.shape[0]
-    gen_device = generator.device if generator is not None else "cpu"
-    order = (torch.randperm(n, generator=generator, device=gen_device) if shuffle
-             else torch.arange(n)).to(images.device)
-    for start in range(0, n, batch_size):
-        idx = order[start:start + batch_size]
-        x = images[idx]
-        if augment:
-            x = augment_batch(x, generator)
-        yield normalize(x), labels[idx]
-
-
-def cifar_dataloader(images: Tensor, labels: Tensor, batch_size: int, *, augment: bool = False,
-                     shuffle: bool = True, seed: int = 0) -> torch.utils.data.DataLoader:
-    """A CPU DataLoader yielding the same normalized (and optionally augmented) batches.
-
-    Augmentation runs once per batch in the main process (``num_workers=0``): it is
-    vectorized, so worker processes would only copy the seeded generator."""
-    generator = torch.Generator().manual_seed(seed)
-
-    def collate(items):
-        x = torch.stack([item[0] for item in items])  # (B, 3, H, W) uint8
-        y = torch.stack([item[1] for item in items])
-        return normalize(augment_batch(x, generator) if augment else x), y
-
-    dataset = torch.utils.data.TensorDataset(images, labels)
-    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
-                                       generator=torch.Generator().manual_seed(seed + 1),
-                                       collate_fn=collate)
+@lru_cache(maxsize=None)
+def _mean_std(device: torch.device) -> tuple[Tensor, Tensor]:
+    """CIFAR10_MEAN and CIFAR10_STD as ``(3, 1, 1)`` tensors on ``device``, made once per device
+    (a fresh host-to-device copy at every call would wait for the GPU)."""
+    as_tensor = lambda values: torch.tensor(values, device=device).view(3, 1, 1)  # noqa: E731
+    return as_tensor(CIFAR10_MEAN), as_tensor(CIFAR10_STD)

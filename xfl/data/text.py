@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from xfl.attention import padding_mask
+from xfl.batches import epoch_order
 
 PAD, UNK, SOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<sos>", "<eos>")
@@ -95,8 +96,7 @@ class Vocab:
         self.stoi = {token: i for i, token in enumerate(self.itos)}
 
     @classmethod
-    def build(cls, sentences: Iterable[Sequence[str]], min_freq: int = 2,
-              max_size: int | None = None) -> "Vocab":
+    def build(cls, sentences: Iterable[Sequence[str]], min_freq: int = 2) -> "Vocab":
         """Vocabulary of tokens seen at least ``min_freq`` times, most frequent first
         (ties alphabetical, so the result does not depend on input order)."""
         if not isinstance(min_freq, int) or min_freq < 1:
@@ -104,7 +104,7 @@ class Vocab:
         counts = Counter(token for sentence in sentences for token in sentence)
         kept = sorted((t for t, n in counts.items() if n >= min_freq and t not in SPECIALS),
                       key=lambda t: (-counts[t], t))
-        return cls(list(SPECIALS) + kept[:max_size])
+        return cls(list(SPECIALS) + kept)
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -112,13 +112,12 @@ class Vocab:
     def __contains__(self, token: str) -> bool:
         return token in self.stoi
 
-    def encode(self, tokens: Sequence[str], add_sos_eos: bool = True) -> list[int]:
-        """Token ids, unknown tokens -> UNK, wrapped in SOS ... EOS by default."""
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        """Token ids, unknown tokens -> UNK, wrapped in SOS ... EOS."""
         if len(tokens) == 0:
             raise ValueError("cannot encode an empty sentence (no tokens); filter it out first "
                              "with filter_by_length")
-        ids = [self.stoi.get(token, UNK) for token in tokens]
-        return [SOS, *ids, EOS] if add_sos_eos else ids
+        return [SOS, *(self.stoi.get(token, UNK) for token in tokens), EOS]
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         """Tokens up to the first EOS, with PAD and SOS dropped."""
@@ -158,28 +157,22 @@ class Split:
     """Pairs of each part; an English sentence (after ``normalize``) lies in one part only."""
 
     train: list[Pair]
-    valid: list[Pair]
     test: list[Pair]
 
 
-def split_by_english(pairs: Sequence[Pair], test_fraction: float = 0.1,
-                     valid_fraction: float = 0.0, seed: int = 0) -> Split:
+def split_by_english(pairs: Sequence[Pair], test_fraction: float = 0.1, seed: int = 0) -> Split:
     """Seeded split of the distinct English sentences; every pair follows its English
     sentence, so a test sentence keeps all of its Spanish translations. The result
     depends on the seed and the set of pairs, not on their order."""
-    if not (0 <= test_fraction < 1 and 0 <= valid_fraction < 1
-            and test_fraction + valid_fraction < 1):
-        raise ValueError(f"fractions must be in [0, 1) with a sum < 1, got "
-                         f"test={test_fraction}, valid={valid_fraction}")
+    if not 0 <= test_fraction < 1:
+        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
     keys = [normalize(en) for en, _ in pairs]
     english = sorted(set(keys))
     random.Random(seed).shuffle(english)
-    n_test, n_valid = round(test_fraction * len(english)), round(valid_fraction * len(english))
-    part = {en: "test" for en in english[:n_test]}
-    part.update({en: "valid" for en in english[n_test:n_test + n_valid]})
-    split = Split(train=[], valid=[], test=[])
+    test = set(english[:round(test_fraction * len(english))])
+    split = Split(train=[], test=[])
     for key, pair in zip(keys, pairs):
-        getattr(split, part.get(key, "train")).append(tuple(pair))
+        (split.test if key in test else split.train).append(tuple(pair))
     return split
 
 
@@ -232,13 +225,11 @@ class Batch:
 
 
 def iterate_batches(encoded: Sequence[tuple[list[int], list[int]]], batch_size: int, *,
-                    shuffle: bool = True, seed: int = 0, device=None) -> Iterator[Batch]:
-    """Padded ``Batch`` es of ``encoded`` pairs, in a seeded random order when ``shuffle``."""
+                    shuffle: bool = True, epoch: int = 0, seed: int = 0, device=None) -> Iterator[Batch]:
+    """Padded ``Batch`` es of ``encoded`` pairs, in ``xfl.batches.epoch_order`` when ``shuffle``."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    order = list(range(len(encoded)))
-    if shuffle:
-        random.Random(seed).shuffle(order)
+    order = epoch_order(len(encoded), epoch, seed) if shuffle else list(range(len(encoded)))
     for start in range(0, len(order), batch_size):
         chunk = [encoded[i] for i in order[start:start + batch_size]]
         src, src_lengths = pad_batch([s for s, _ in chunk], device=device)
