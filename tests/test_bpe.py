@@ -153,6 +153,8 @@ def test_bad_inputs_name_the_value():
         train_bpe([f"a{SPACE}b"], 1)
     with pytest.raises(ValueError, match="got the str 'ab'"):
         BPE([]).decode("ab")
+    with pytest.raises(ValueError, match="merge 1 must be two non-empty strings, got \\('a', 'b', 'c'\\)"):
+        BPE([("a", "b"), ("a", "b", "c")])
 
 
 # ---------------------------------------------------------------------- files

@@ -193,6 +193,9 @@ class BPE:
     def __init__(self, merges: Iterable[Sequence[str]], alphabet: Iterable[str] = ()):
         self.merges: list[Pair] = [tuple(p) for p in merges]
         self.alphabet: list[str] = list(alphabet)
+        for i, pair in enumerate(self.merges):
+            if len(pair) != 2 or not _strings(pair):
+                raise ValueError(f"merge {i} must be two non-empty strings, got {pair!r}")
         self.ranks = {p: r for r, p in reversed(list(enumerate(self.merges)))}  # first wins
         self._cache: dict[str, list[str]] = {}
 
@@ -261,8 +264,13 @@ def _check_file(data, path) -> None:
             raise ValueError(f"{path} is not an xfl BPE file of version {VERSION}: expected "
                              f"{key}={value!r}, got {data.get(key)!r}")
     merges, alphabet = data.get("merges"), data.get("alphabet")
-    if not (isinstance(merges, list) and all(isinstance(p, list) and len(p) == 2 and
-                                             all(isinstance(s, str) and s for s in p) for p in merges)):
+    if not (isinstance(merges, list) and all(isinstance(p, list) and _strings(p) and len(p) == 2
+                                             for p in merges)):
         raise ValueError(f"{path}: expected 'merges' to be a list of [left, right] string pairs")
-    if not (isinstance(alphabet, list) and all(isinstance(s, str) and s for s in alphabet)):
+    if not (isinstance(alphabet, list) and _strings(alphabet)):
         raise ValueError(f"{path}: expected 'alphabet' to be a list of non-empty strings")
+
+
+def _strings(values) -> bool:
+    """True when every value is a non-empty str."""
+    return all(isinstance(v, str) and v for v in values)
