@@ -154,3 +154,22 @@ def test_colab_install_cell_names_the_books_repository(chapter):
     assert [u.removesuffix(".git") for u in GIT_INSTALL.findall(first)] == [url], first
     source = (REPO_ROOT / f"{chapter}.md").read_text(encoding="utf-8")
     assert {u.removesuffix(".git") for u in GIT_INSTALL.findall(source)} == {url}
+
+
+# ------------------------------------------------------------ expected run times
+BANNER = re.compile(r"run_banner\(fast_minutes=([\d.]+), t4_minutes=([\d.]+)\)")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_setup_page_lists_the_times_the_chapter_announces(chapter):
+    """The times a chapter prints in its first line are the ones `book/setup.md` tabulates."""
+    source = (REPO_ROOT / f"{chapter}.md").read_text(encoding="utf-8")
+    title = re.search(r"^# (.+)$", source, re.M).group(1)
+    banners = BANNER.findall(source)
+    assert len(banners) == 1, f"{chapter} should print run_banner(...) once, found {banners}"
+    fast, t4 = banners[0]
+    setup = (REPO_ROOT / "book" / "setup.md").read_text(encoding="utf-8")
+    row = re.search(rf"^\| {re.escape(title)} \| (yes|no) \| about ([\d.]+) min \| about ([\d.]+) min \|$",
+                    setup, re.M)
+    assert row is not None, f"book/setup.md has no row for {title!r}"
+    assert row.group(2, 3) == (fast, t4), f"{title}: setup.md says {row.group(2, 3)}, the chapter {(fast, t4)}"
