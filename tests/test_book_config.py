@@ -1,18 +1,26 @@
 """tools/book_config: the full profile gets a longer cell timeout; without npm, the CDN scripts."""
 
+import re
+
 import pytest
 import yaml
 
 from tools import book_config
 from tools.book_config import FULL_PROFILE_CELL_TIMEOUT_S, VENDORED_KEYS
 
-from conftest import load_config
+from conftest import REPO_ROOT, load_config
 
 
 def test_fast_vendored_build_is_the_config_itself():
     base = load_config()
     assert book_config.book_config(base, fast=True, vendored=True) == base
     assert 60 <= base["execute"]["timeout"] <= 900, "a hang must fail within minutes"
+
+
+def test_nbval_and_the_book_build_share_one_cell_timeout():
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    assert int(re.search(r"^CELL_TIMEOUT := (\d+)$", makefile, re.M).group(1)) == load_config()["execute"]["timeout"]
+    assert "--nbval-cell-timeout=$(CELL_TIMEOUT)" in makefile
 
 
 def test_full_profile_waits_longer_per_cell():

@@ -15,11 +15,11 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import REPO_ROOT, chapter_files
+from conftest import REPO_ROOT, chapter_files, load_config
 from tools import colab_env
 
 CHAPTERS = chapter_files()
-CELL_TIMEOUT_S = 600  # as in the Makefile and _config.yml: a hang fails within minutes
+CELL_TIMEOUT_S = load_config()["execute"]["timeout"]  # as in the book build and nbval
 KERNEL = "xfl-colab-like"
 
 
