@@ -21,6 +21,7 @@ from tools import colab_env
 CHAPTERS = chapter_files()
 CELL_TIMEOUT_S = load_config()["execute"]["timeout"]  # as in the book build and nbval
 KERNEL = "xfl-colab-like"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def _requirements() -> list[str]:
@@ -85,3 +86,7 @@ def test_chapter_runs_in_the_colab_like_environment(colab, chapter):
     banner = next(o["text"] for c in nb.cells[2:] if c.cell_type == "code" for o in c.outputs
                   if o.get("name") == "stdout")
     assert banner.startswith("xfl: fast profile (XFL_FAST=1) on cpu;"), banner
+    if "import ipywidgets" in (REPO_ROOT / f"{chapter}.md").read_text(encoding="utf-8"):
+        views = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                 if WIDGET_VIEW in o.get("data", {})]
+        assert views, f"{chapter} imports ipywidgets but displayed no widget under ipywidgets 7.7.1"
