@@ -1,5 +1,5 @@
-"""Every image augmentation, on whole batches on their device (the ViT recipe of chapter 7,
-``chapters/ch07_vit/vision_transformer``, and ``bench/vit.py``).
+"""Every image augmentation, on whole batches on their device (chapters 0 and 7: the datasets
+page and the ViT recipe of ``chapters/ch07_vit/vision_transformer``; ``bench/vit.py``).
 
 - ``random_crop`` and ``random_flip``: the classic CIFAR pair (pad 4, cut 32x32; mirror).
 - ``trivial_augment``: each image gets one operation drawn uniformly from ``OPS``, at a

@@ -1,5 +1,5 @@
-"""The one seeded epoch order: which examples an epoch visits, and in what order (every chapter
-that trains: 5, 6, 7, 9).
+"""The one seeded epoch order: which examples an epoch visits, and in what order (chapter 9; the
+other chapters that train get it through ``xfl.translation`` and ``xfl.vit_train``).
 
 The order is a function of ``(seed, epoch)`` alone, never of a global generator, so a resumed
 or distributed run sees exactly the batches an uninterrupted single-process run would.

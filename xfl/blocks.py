@@ -1,4 +1,5 @@
-"""Transformer blocks (chapter 5): one class, post-LN or Pre-LN by a single flag.
+"""Transformer blocks (chapters 3 and 5; built in chapter 5): one class, post-LN or Pre-LN by a
+single flag.
 
 ``norm_first=False`` is the post-LN block of Vaswani et al. (2017), Kak's "First
 Generation" (FG) transformer: x = LN(x + Sublayer(x)). ``norm_first=True`` is the Pre-LN

@@ -1,5 +1,5 @@
-"""Checkpoints that resume a run exactly and cannot run code when opened (``xfl.train``;
-chapters 5 and 6 save and load them).
+"""Checkpoints that resume a run exactly and cannot run code when opened (chapters 5 and 6 load
+them; ``xfl.train`` writes them).
 
 A checkpoint holds the model, the optimizer, the fp16 gradient scaler, the loop's state, the
 configuration and every random generator's state, all as tensors and plain Python data, so

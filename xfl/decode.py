@@ -1,4 +1,5 @@
-"""Autoregressive decoding (chapter 6): greedy search, beam search, and sampling.
+"""Autoregressive decoding (chapter 9 samples with it; chapter 6 explains greedy and beam search
+and decodes through ``xfl.translation.translate``): greedy search, beam search, and sampling.
 
 Every decoder feeds its own previous outputs back in: step t runs the causal decoder once
 on the tokens chosen so far and reads the logits of the last position. (DLStudio's

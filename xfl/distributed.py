@@ -1,4 +1,5 @@
-"""Distributed data parallelism for the training loop (``xfl.train``; chapter 5 explains it).
+"""Distributed data parallelism for the training loop (no chapter imports it: ``xfl.train`` does,
+and chapter 5 explains it).
 
 Launched with ``torchrun --nproc_per_node=N``, every process joins one process group (NCCL on
 CUDA, one GPU per process; gloo elsewhere), trains a replica wrapped in

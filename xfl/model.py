@@ -1,5 +1,5 @@
-"""Whole models built from ``xfl.blocks`` (chapter 5, chapters/ch05_encoder_decoder/translation.md,
-and the decoder-only chapter).
+"""Whole models built from ``xfl.blocks`` (chapters 5, 6 and 9: the encoder-decoder of
+chapters/ch05_encoder_decoder/translation.md and the decoder-only model of chapter 9).
 
 ``Seq2SeqTransformer`` is the encoder-decoder of Vaswani et al. (2017): an encoder stack
 (self-attention) and a decoder stack (causal self-attention + cross-attention), token

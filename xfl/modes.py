@@ -1,5 +1,5 @@
-"""Evaluation mode for a block of code, restored afterwards even when the block raises
-(decoding in chapters 6 and 9; the training loop's evaluation callback)."""
+"""Evaluation mode for a block of code, restored afterwards even when the block raises (no chapter
+imports it: ``xfl.decode``, ``xfl.vit_train`` and the training loop's evaluation callback do)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The one training loop: every model the book trains (chapter 5 explains it; chapters 6, 7 and 9
-and ``bench/`` use it).
+"""The one training loop: every model the book trains (chapters 5-7 and 9; chapter 5 explains it,
+``bench/`` uses it too).
 
 ``train(model, data, loss_fn, config)`` runs AdamW (fused on CUDA; no weight decay on biases,
 norms, position embeddings or a class token) under a learning-rate schedule driven by progress
@@ -304,7 +304,8 @@ def start(model: nn.Module, config: TrainConfig, resume: bool) -> Run:
 
 
 def finished(run: Run) -> bool:
-    """Out of steps, or (rank 0's clock decides for all processes) out of time."""
+    """Out of steps, or out of time. Under DDP with a time budget, rank 0's clock decides for
+    all processes (one broadcast per step: the one read-back a step makes, and only there)."""
     config, state = run.config, run.state
     if run.clock_start is not None and config.max_seconds is not None:
         state.seconds = from_main(run.seconds_before + time.perf_counter() - run.clock_start, run.processes)
@@ -371,6 +372,15 @@ def checkpoint(run: Run) -> None:
                         asdict(run.state), asdict(run.config))
 
 
+def progress_bar(run: Run):
+    """A tqdm bar over the steps (rank 0 only, when the config asks for one)."""
+    from tqdm.auto import tqdm
+
+    total = run.config.steps if run.config.max_seconds is None else None
+    return tqdm(total=total, initial=run.state.step, desc="train", dynamic_ncols=True,
+                disable=not run.config.progress or not run.processes.is_main)
+
+
 # ------------------------------------------------------------------------ the loop
 def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable, config: TrainConfig,
           resume: bool = True, evaluate: Callable[[nn.Module], dict] | None = None,
@@ -378,12 +388,8 @@ def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable, 
     """Train ``model`` until ``config.steps`` or ``config.max_seconds`` runs out; see the module
     docstring for the arguments. With ``resume`` and a checkpoint at ``config.checkpoint_path``,
     training continues from it exactly."""
-    from tqdm.auto import tqdm
-
     run = start(model, config, resume)
-    state, batches = run.state, _batches_from(data, run.state, run.processes)
-    bar = tqdm(total=config.steps if config.max_seconds is None else None, initial=state.step,
-               disable=not config.progress or not run.processes.is_main, desc="train", dynamic_ncols=True)
+    state, batches, bar = run.state, _batches_from(data, run.state, run.processes), progress_bar(run)
     while not finished(run):
         state.epoch, index, batch = next(batches)
         state.batch_in_epoch = index + 1
