@@ -29,6 +29,7 @@ import re
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Callable, Iterable
 
 import torch
@@ -298,9 +299,9 @@ def start(model: nn.Module, config: TrainConfig, resume: bool) -> Run:
         state = TrainState(**load_checkpoint(config.checkpoint_path, model, optimizer, scaler,
                                              map_location=processes.device))
     net = torch.compile(model) if config.compile and precision.compile else model
-    zero = torch.zeros((), device=processes.device)
+    zeros = partial(torch.zeros, (), device=processes.device)
     return Run(config, model, wrap(net, processes).train(), optimizer, scaler, precision, processes,
-               state, loss_sum=zero.clone(), target_sum=zero.clone(), seconds_before=state.seconds)
+               state, loss_sum=zeros(), target_sum=zeros(dtype=torch.int64), seconds_before=state.seconds)
 
 
 def finished(run: Run) -> bool:
