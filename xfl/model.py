@@ -68,24 +68,30 @@ def output_projection(embedding: "TokenEmbedding", vocab: int, tie: bool) -> nn.
     return output
 
 
-# -------------------------------------------------------------------- encoder-decoder
-@dataclass
-class Seq2SeqConfig:
-    """Sizes of a ``Seq2SeqTransformer``. ``tie_output`` shares the target embedding with the
-    output projection (Press & Wolf, 2017); ``d_hidden=None`` means 4·d_model."""
+@dataclass(kw_only=True)
+class BlockSizes:
+    """What every text model's config shares. ``tie_output`` shares the (target) embedding with
+    the output projection (Press & Wolf, 2017); ``d_hidden=None`` means 4·d_model."""
 
-    src_vocab: int
-    tgt_vocab: int
     d_model: int = 256
     num_heads: int = 8
-    num_encoder_layers: int = 3
-    num_decoder_layers: int = 3
     d_hidden: int | None = None
     dropout: float = 0.1
     norm_first: bool = True
     max_len: int = 128
     tie_output: bool = True
     pad_id: int = 0
+
+
+# -------------------------------------------------------------------- encoder-decoder
+@dataclass
+class Seq2SeqConfig(BlockSizes):
+    """Sizes of a ``Seq2SeqTransformer``: the vocabularies and stack depths, then ``BlockSizes``."""
+
+    src_vocab: int
+    tgt_vocab: int
+    num_encoder_layers: int = 3
+    num_decoder_layers: int = 3
 
 
 class Seq2SeqTransformer(nn.Module):
@@ -125,19 +131,12 @@ class Seq2SeqTransformer(nn.Module):
 
 # ------------------------------------------------------------------------ decoder-only
 @dataclass
-class GPTConfig:
-    """Sizes of a decoder-only ``GPT`` (output tied to the embedding by default)."""
+class GPTConfig(BlockSizes):
+    """Sizes of a decoder-only ``GPT``: the vocabulary and depth, then ``BlockSizes`` (output tied
+    to the embedding by default)."""
 
     vocab_size: int
-    d_model: int = 256
-    num_heads: int = 8
     num_layers: int = 4
-    d_hidden: int | None = None
-    dropout: float = 0.1
-    norm_first: bool = True
-    max_len: int = 128
-    tie_output: bool = True
-    pad_id: int = 0
 
 
 class GPT(nn.Module):
