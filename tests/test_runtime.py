@@ -14,15 +14,20 @@ def test_fast_profile_reads_env(monkeypatch, value, fast):
     assert runtime.pick(full=100, fast=3) == (3 if fast else 100)
 
 
+def on_device(monkeypatch, device: str, xfl_fast: str | None) -> None:
+    """Pretend the best device is ``device``, with XFL_FAST set to ``xfl_fast`` (None: unset)."""
+    if xfl_fast is None:
+        monkeypatch.delenv("XFL_FAST", raising=False)
+    else:
+        monkeypatch.setenv("XFL_FAST", xfl_fast)
+    monkeypatch.setattr(runtime, "default_device", lambda: torch.device(device))
+
+
 @pytest.mark.parametrize("value", [None, "", "  "])
 @pytest.mark.parametrize("device, fast", [("cuda", False), ("mps", True), ("cpu", True)])
 def test_unset_profile_follows_the_device(monkeypatch, value, device, fast):
     """Full profile on a CUDA GPU only: a laptop or a CPU-only Colab runtime gets the fast one."""
-    if value is None:
-        monkeypatch.delenv("XFL_FAST", raising=False)
-    else:
-        monkeypatch.setenv("XFL_FAST", value)
-    monkeypatch.setattr(runtime, "default_device", lambda: torch.device(device))
+    on_device(monkeypatch, device, xfl_fast=value)
     assert runtime.fast_profile() is fast
 
 
@@ -34,11 +39,7 @@ def test_unset_profile_follows_the_device(monkeypatch, value, device, fast):
     ("0", "cpu", "xfl: full profile (XFL_FAST=0) on cpu; expected run time the full profile is meant for "
                  "a GPU (about 15 min on a T4): far longer here")])
 def test_run_banner_names_profile_device_and_time(monkeypatch, value, device, expected):
-    if value is None:
-        monkeypatch.delenv("XFL_FAST", raising=False)
-    else:
-        monkeypatch.setenv("XFL_FAST", value)
-    monkeypatch.setattr(runtime, "default_device", lambda: torch.device(device))
+    on_device(monkeypatch, device, xfl_fast=value)
     assert runtime.run_banner(fast_minutes=2, t4_minutes=15) == expected
 
 
