@@ -209,7 +209,7 @@ def _box_mask(H: int, W: int, lam: Tensor, generator, device) -> Tensor:
 
 def _beta(alpha: float, device) -> Tensor:
     """One draw ``()`` from Beta(alpha, alpha), on ``device``'s global generator."""
-    a = torch.tensor(alpha, device=device)
+    a = torch.full((), alpha, device=device)  # filled there: a copy from the host would wait
     return torch.distributions.Beta(a, a).sample()
 
 

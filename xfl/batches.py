@@ -31,11 +31,11 @@ def epoch_order(n: int, epoch: int, seed: int = 0) -> list[int]:
     return shuffled(range(n), epoch_rng(epoch, seed))
 
 
-def index_batches(n: int, batch_size: int, epoch: int, seed: int = 0, device=None) -> list[Tensor]:
-    """The shuffled index batches ``(B,)`` of one epoch, on ``device``; the last incomplete batch
-    is dropped so every step has the same shape (good for ``torch.compile``)."""
+def index_batches(n: int, batch_size: int, epoch: int, seed: int = 0) -> list[Tensor]:
+    """The shuffled index batches ``(B,)`` of one epoch, on the CPU (the training loop moves each
+    to the device without waiting); the last incomplete batch is dropped so every step has the
+    same shape (good for ``torch.compile``)."""
     if not isinstance(batch_size, int) or not 1 <= batch_size <= n:
         raise ValueError(f"batch_size must be an int in [1, {n}], got {batch_size!r}")
     whole = n // batch_size * batch_size
-    order = torch.tensor(epoch_order(n, epoch, seed)[:whole], device=device)
-    return list(order.split(batch_size))
+    return list(torch.tensor(epoch_order(n, epoch, seed)[:whole]).split(batch_size))

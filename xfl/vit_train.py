@@ -46,11 +46,13 @@ class ImageClassification:
         return len(self.images) // self.batch_size
 
     def batches(self, epoch: int) -> list[Tensor]:
-        """The index batches ``(B,)`` of one epoch (``data`` for ``xfl.train.train``)."""
-        return index_batches(len(self.images), self.batch_size, epoch, self.seed, self.images.device)
+        """The index batches ``(B,)`` of one epoch, on the CPU (``data`` for ``xfl.train.train``,
+        which moves each to the images' device)."""
+        return index_batches(len(self.images), self.batch_size, epoch, self.seed)
 
     def inputs(self, index: Tensor) -> tuple[Tensor, Tensor]:
         """Images ``(B, C, H, W)`` ready for the model and soft targets ``(B, K)``, in fp32."""
+        index = index.to(self.images.device, non_blocking=True)  # a no-op inside the loop
         x = self.images[index]
         x = self.normalize(self.augment(x) if self.augment is not None else x)
         if self.channels_last and x.is_cuda:
@@ -60,7 +62,7 @@ class ImageClassification:
 
     def loss(self, model: nn.Module, index: Tensor) -> tuple[Tensor, int]:
         """Label-smoothed cross-entropy on the batch at ``index`` (``loss_fn`` for ``train``)."""
-        with torch.autocast(index.device.type, enabled=False):  # augmentation in full precision
+        with torch.autocast(self.images.device.type, enabled=False):  # augmentation in full precision
             x, targets = self.inputs(index)
         logits = model(x).float()  # (B, K)
         if logits.shape != targets.shape:
