@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     sentences = [text for pair in load_pairs() for text in pair]
+    load = os.getloadavg()[0]  # other work on the machine slows the timings
     learned = []
     timing = time_call(lambda: learned.append(train_bpe(sentences, args.merges)),
                        repeats=args.repeats, warmup=0)
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
                "device": f"cpu ({platform.processor() or platform.machine()}, "
                          f"{os.cpu_count()} cores, OMP_NUM_THREADS="
                          f"{os.environ.get('OMP_NUM_THREADS', 'unset')})",
+               "load_average_1min_before": round(load, 2),
                "python": platform.python_version(), "data": ATTRIBUTION}
     if args.subword_nmt:
         seconds, reference = subword_nmt_run(sentences, args.merges)
