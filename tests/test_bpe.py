@@ -192,3 +192,16 @@ def test_bad_merges_in_a_file_are_refused(small_bpe, tmp_path):
     path.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(ValueError, match="list of \\[left, right\\] string pairs"):
         BPE.load(path)
+
+
+# ------------------------------------------------------------------ benchmark
+def test_benchmark_writes_its_results(tmp_path):
+    """``python -m bench.bpe`` on a few merges: the JSON it writes is the report it returns."""
+    from helpers import import_bench
+
+    out = tmp_path / "bpe.json"
+    report = import_bench("bpe").main(["--merges", "20", "--repeats", "1", "--subword-nmt",
+                                       "--out", str(out)])
+    assert json.loads(out.read_text(encoding="utf-8")) == report
+    assert report["merges"] == 20 and report["sentences"] == 2 * len(load_pairs())
+    assert report["same_merges_as_subword_nmt"] is True and report["train_seconds_median"] > 0
