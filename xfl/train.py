@@ -341,8 +341,8 @@ def count_targets(run: Run) -> None:
 
 
 def log(run: Run, on_log: Callable[[dict], None] | None) -> dict:
-    """Append the window's mean loss (over steps and processes) to the history: one of the two
-    places (with checkpoints) that read numbers back from the device."""
+    """Append the window's mean loss (over steps and processes) to the history. Reads numbers
+    back from the device, as only logging, per-layer gradient norms and checkpoints do."""
     count_targets(run)
     loss = float(mean_over_processes(run.loss_sum / max(run.window, 1), run.processes))
     state = run.state
