@@ -149,6 +149,8 @@ def test_more_merges_give_fewer_tokens(tatoeba):
 def test_bad_inputs_name_the_value():
     with pytest.raises(ValueError, match="num_merges must be an int >= 0, got -1"):
         train_bpe(["a"], -1)
+    with pytest.raises(ValueError, match="iterable of str, got one str: 'low lower'"):
+        train_bpe("low lower", 5)
     with pytest.raises(ValueError, match="U\\+2581"):
         train_bpe([f"a{SPACE}b"], 1)
     with pytest.raises(ValueError, match="got the str 'ab'"):

@@ -161,6 +161,8 @@ def train_bpe(sentences: Iterable[str], num_merges: int, min_frequency: int = 2)
         raise ValueError(f"num_merges must be an int >= 0, got {num_merges!r}")
     if not isinstance(min_frequency, int) or min_frequency < 1:
         raise ValueError(f"min_frequency must be an int >= 1, got {min_frequency!r}")
+    if isinstance(sentences, str):
+        raise ValueError(f"sentences must be an iterable of str, got one str: {sentences[:40]!r}")
     counts = Counter()
     for text, n in Counter(sentences).items():  # each distinct sentence once
         for word in pretokenize(text):
