@@ -4,6 +4,7 @@ Each module holds one idea and links back to the chapter that builds it:
 
 - ``attention``: scaled dot-product and multi-head attention, every mask (chapters 1-5, 8)
 - ``position``: sinusoidal positional encoding (chapter 4)
+- ``bpe``: byte-pair encoding, learned, applied, decoded exactly and saved (the subwords chapter)
 - ``blocks``: the post-LN / Pre-LN transformer block and stacks (chapters 3, 5)
 - ``model``: the encoder-decoder and the decoder-only GPT (chapters 5, 6, 9)
 - ``train``: the one training loop, its schedules and optimizer (chapters 5-7, 9)
