@@ -88,16 +88,7 @@ def importers() -> dict[str, set[float]]:
 
 # Known mismatches in files this change could not edit; strict: the test fails once they are fixed,
 # so the entry must then be removed.
-PENDING_CLAIMS = {"position": "chapter 3 imports xfl.position; its docstring claims (chapter 4)"}
-PENDING_PAGES = {"ch03_masking": "masking.md defines train(), a second training loop beside xfl.train.train"}
-
-
-def xfail_pending(names, pending):
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=pending[n])) if n in pending else n
-            for n in names]
-
-
-@pytest.mark.parametrize("module", xfail_pending(module_names(), PENDING_CLAIMS))
+@pytest.mark.parametrize("module", module_names())
 def test_a_modules_chapter_claim_names_the_chapters_that_import_it(module):
     claim = claimed_chapters(module)
     if claim is not None:
@@ -130,7 +121,7 @@ def chapter_pages() -> list[str]:
     return sorted(p.parent.name for p in CHAPTERS.glob("*/*.md") if p.name != "exercises.md")
 
 
-@pytest.mark.parametrize("chapter", xfail_pending(chapter_pages(), PENDING_PAGES))
+@pytest.mark.parametrize("chapter", chapter_pages())
 def test_a_chapter_defines_no_library_function_unless_built_from_scratch(chapter):
     library = library_names()
     copies = []

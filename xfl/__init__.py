@@ -7,7 +7,7 @@ Each module holds one idea and links back to the chapter that builds it:
 - ``bpe``: byte-pair encoding, learned, applied, decoded exactly and saved (the subwords chapter)
 - ``blocks``: the post-LN / Pre-LN transformer block and stacks (chapters 3, 5)
 - ``model``: the encoder-decoder and the decoder-only GPT (chapters 5, 6, 9)
-- ``train``: the one training loop, its schedules and optimizer (chapters 5-7, 9)
+- ``train``: the one training loop, its schedules and optimizer (chapters 3, 5-7, 9)
 - ``checkpoint``: checkpoints that resume exactly and cannot run code (chapters 5, 6)
 - ``distributed``: DistributedDataParallel plumbing for the loop (no chapter imports it)
 - ``batches``: the one seeded epoch order (chapter 9; the others through ``translation``, ``vit_train``)

@@ -1,4 +1,4 @@
-"""Sinusoidal positional encoding (chapter 4), as in Vaswani et al. (2017), section 3.5.
+"""Sinusoidal positional encoding (chapters 3 and 4), as in Vaswani et al. (2017), section 3.5.
 
 PE[pos, 2i] = sin(pos / base^(2i/d)),  PE[pos, 2i+1] = cos(pos / base^(2i/d)).
 """
