@@ -10,7 +10,7 @@ sacreBLEU (detokenized hypotheses, raw references, case-insensitive), parameters
 tokens per second, wall time, device and the configuration; plus two CPU timings:
 
 - xfl's one-pass causal decoder vs a DLStudio-style decoder that re-runs the stack once per
-  target position (``xfl.reference``), at B=50, L=10, d=256 (goal: >= 4.5x faster);
+  target position (``xfl.lecture``), at B=50, L=10, d=256 (goal: >= 4.5x faster);
 - ``xfl.attention.MultiHeadAttention`` vs ``torch.nn.MultiheadAttention`` forward time
   (goal: <= 1.1x torch's time).
 
