@@ -95,3 +95,72 @@ def test_gpt_is_causal_and_ignores_trailing_padding():
     torch.testing.assert_close(gpt(changed)[:, :5], out[:, :5])
     padded = torch.cat([x, torch.zeros(2, 3, dtype=torch.long)], dim=1)
     torch.testing.assert_close(gpt(padded)[:, :8], out)
+
+
+def gpt_like(**kw):
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=17, d_model=16, num_heads=2, num_layers=2, d_hidden=32, dropout=0.0, max_len=12)
+    return GPT(GPTConfig(**{**cfg, **kw})).eval()
+
+
+def test_gpt_gelu_block_equals_torch_encoder_layer_under_a_causal_mask():
+    model = gpt_like(activation="gelu")
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu", batch_first=True,
+                                             norm_first=True).eval()
+    block = model.blocks.layers[0]
+    assert isinstance(block.ffn[1], torch.nn.GELU)
+    block.load_state_dict(type(block).from_torch(layer).state_dict())
+    x = torch.randn(3, 7, 16)
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(7)
+    torch.testing.assert_close(block(x, mask=~torch.ones(7, 7, dtype=torch.bool).triu(1)),
+                               layer(x, src_mask=causal, is_causal=True))
+
+
+def test_learned_positions_are_a_trained_table_added_to_the_scaled_tokens():
+    model = gpt_like(positions="learned")
+    table = model.embed.positions
+    assert isinstance(table, torch.nn.Parameter) and table.shape == (12, 16)
+    assert any(p is table for p in model.parameters())
+    t = tokens(2, 9, 17, 3)
+    expected = model.embed.table(t) * 16 ** 0.5 + table[:9]
+    torch.testing.assert_close(model.embed(t), expected)
+    lm = model.train()(t)
+    lm.logsumexp(-1).sum().backward()
+    assert table.grad[:9].abs().sum() > 0 and table.grad[9:].abs().sum() == 0
+
+
+def test_sinusoidal_positions_stay_a_buffer():
+    model = gpt_like()
+    assert "embed.positions" not in dict(model.named_parameters())
+
+
+def test_learned_positions_get_no_weight_decay():
+    from xfl.train import parameter_groups
+
+    model = gpt_like(positions="learned")
+    no_decay = parameter_groups(model, 0.1)[1]["params"]
+    assert any(p is model.embed.positions for p in no_decay)
+
+
+def test_non_causal_gpt_lets_early_positions_see_later_tokens():
+    causal, bidirectional = gpt_like(), gpt_like(causal=False)
+    t = tokens(2, 8, 17, 4)
+    changed = t.clone()
+    changed[:, 6] = t[:, 6] % 16 + 1
+    with torch.no_grad():
+        torch.testing.assert_close(causal(t)[:, :6], causal(changed)[:, :6])
+        assert not torch.allclose(bidirectional(t)[:, :6], bidirectional(changed)[:, :6])
+
+
+def test_non_causal_gpt_ignores_padding_keys():
+    model = gpt_like(causal=False)
+    t = tokens(1, 6, 17, 5)
+    padded = torch.cat([t, torch.full((1, 3), PAD)], dim=1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(padded)[:, :6], model(t))
+
+
+@pytest.mark.parametrize("field, bad", [("activation", "swish"), ("positions", "rotary")])
+def test_gpt_config_names_a_bad_choice(field, bad):
+    with pytest.raises(ValueError, match=bad):
+        GPTConfig(vocab_size=5, **{field: bad})

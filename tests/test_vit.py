@@ -126,3 +126,31 @@ def test_vit_rejects_wrong_image_size():
         small_vit()(torch.randn(1, 3, 32, 32))
     with pytest.raises(ValueError, match="divisible"):
         ViT(ViTConfig(image_size=30, patch_size=4))
+
+
+@pytest.mark.parametrize("pool, features", [("mean", 32), ("flatten", 16 * 32)])
+def test_pooling_without_a_class_token(pool, features):
+    model = small_vit(pool=pool)
+    x = torch.randn(3, 3, 16, 16)
+    assert model.cls_token is None and model.tokens(x).shape == (3, 16, 32)
+    assert model.head.in_features == features and model(x).shape == (3, 10)
+    out = model.encoder(model.tokens(x))  # (3, 16, 32)
+    expected = out.mean(1) if pool == "mean" else out.reshape(3, -1)
+    torch.testing.assert_close(model(x), model.head(expected))
+    with pytest.raises(ValueError, match=pool):
+        model.class_token_attention(x)
+
+
+def test_mean_pooling_ignores_patch_order_after_the_positions():
+    model = small_vit(pool="mean").eval()
+    tokens = model.tokens(torch.randn(2, 3, 16, 16))
+    perm = torch.randperm(16)
+    with torch.no_grad():
+        a = model.head(model.encoder(tokens).mean(1))
+        b = model.head(model.encoder(tokens[:, perm]).mean(1))
+    torch.testing.assert_close(a, b)
+
+
+def test_vit_config_names_a_bad_pool():
+    with pytest.raises(ValueError, match="max"):
+        ViTConfig(pool="max")

@@ -6,7 +6,9 @@ chapters/ch05_encoder_decoder/translation.md and the decoder-only model of chapt
 embeddings scaled by √d plus sinusoidal positions, and a linear output projection.
 ``norm_first=False`` gives Kak's post-LN "First Generation" (FG) model, ``True`` the
 Pre-LN model of Xiong et al. (2020). ``GPT`` is the decoder-only variant: the same blocks
-without cross-attention, under a causal mask.
+without cross-attention, under a causal mask; its config can make it GPT's own design (GELU
+feed-forward, learned positions: Radford et al., 2018) and, with ``causal=False``, an
+encoder-only model for masked-token training.
 
 Token tensors are ``(B, L)`` long; ``pad_id`` marks padding, which no query attends to.
 """
@@ -20,25 +22,35 @@ import torch
 from torch import Tensor, nn
 
 from .attention import causal_padding_mask, key_mask
-from .blocks import TransformerStack
+from .blocks import ACTIVATIONS, TransformerStack
 from .position import sinusoidal_encoding
 
 
 # ---------------------------------------------------------------------- embeddings
-class TokenEmbedding(nn.Module):
-    """Token ids ``(B, L)`` -> ``(B, L, D)``: √D · embedding + sinusoidal position, dropout.
+POSITIONS = ("sinusoidal", "learned")
 
-    The table is initialised with std 1/√D, so the scaled embedding has unit variance,
-    the same order as the positional code it is added to.
+
+class TokenEmbedding(nn.Module):
+    """Token ids ``(B, L)`` -> ``(B, L, D)``: √D · embedding + position, dropout.
+
+    The table is initialised with std 1/√D, so the scaled embedding has unit variance, the
+    same order as the sinusoidal code it is added to. ``positions="learned"`` adds a trained
+    ``(max_len, D)`` table instead (GPT's choice), initialised with std 0.02 as in GPT-2.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float, pad_id: int):
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float, pad_id: int,
+                 positions: str = "sinusoidal"):
         super().__init__()
+        if positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.table = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.table.weight, std=d_model ** -0.5)
         with torch.no_grad():
             self.table.weight[pad_id].zero_()
-        self.register_buffer("positions", sinusoidal_encoding(max_len, d_model), persistent=False)
+        if positions == "learned":
+            self.positions = nn.Parameter(torch.randn(max_len, d_model) * 0.02)  # (max_len, D)
+        else:
+            self.register_buffer("positions", sinusoidal_encoding(max_len, d_model), persistent=False)
         self.drop, self.scale, self.max_len = nn.Dropout(dropout), math.sqrt(d_model), max_len
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -133,26 +145,45 @@ class Seq2SeqTransformer(nn.Module):
 @dataclass
 class GPTConfig(BlockSizes):
     """Sizes of a decoder-only ``GPT``: the vocabulary and depth, then ``BlockSizes`` (output tied
-    to the embedding by default)."""
+    to the embedding by default). ``activation="gelu"`` and ``positions="learned"`` are GPT's and
+    nanoGPT's choices (the defaults keep chapter 5's decoder: ReLU, sinusoids); ``causal=False``
+    lets every token see the whole sequence (an encoder-only, masked-token model)."""
 
     vocab_size: int
     num_layers: int = 4
+    activation: str = "relu"
+    positions: str = "sinusoidal"
+    causal: bool = True
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
 
 
 class GPT(nn.Module):
-    """Decoder-only transformer: ``forward(tokens (B, L)) -> next-token logits (B, L, V)``."""
+    """Decoder-only transformer: ``forward(tokens (B, L)) -> next-token logits (B, L, V)``
+    (with ``causal=False``: logits for every position, each seeing the whole sequence)."""
+
+    no_weight_decay = ("embed.positions",)  # read by xfl.train.parameter_groups (learned positions)
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         c = self.config = config
         self.blocks = TransformerStack(c.num_layers, c.d_model, c.num_heads, c.d_hidden, c.dropout,
-                                       norm_first=c.norm_first, cross=False)
+                                       norm_first=c.norm_first, cross=False, activation=c.activation)
         _init_linear_weights(self)
-        self.embed = TokenEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.pad_id)
+        self.embed = TokenEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.pad_id, c.positions)
         self.output = output_projection(self.embed, c.vocab_size, c.tie_output)
 
+    def mask(self, tokens: Tensor) -> Tensor:
+        """Causal + padding mask ``(B, 1, L, L)``, or only padding ``(B, 1, 1, L)`` when not causal."""
+        pad = self.config.pad_id
+        return causal_padding_mask(tokens, pad) if self.config.causal else key_mask(tokens != pad)
+
     def forward(self, tokens: Tensor) -> Tensor:
-        x = self.blocks(self.embed(tokens), mask=causal_padding_mask(tokens, self.config.pad_id))
+        x = self.blocks(self.embed(tokens), mask=self.mask(tokens))
         return self.output(x)  # (B, L, V)
 
 

@@ -3,6 +3,8 @@
 An image becomes a sequence: cut it into ``P x P`` patches, project each patch to
 ``d_model``, prepend a learned class token, add learned positional embeddings, run the
 Pre-LN encoder of :mod:`xfl.blocks`, classify from the class token (Dosovitskiy et al., 2021).
+``ViTConfig.pool`` picks the other two ways to classify with an encoder (Berkeley Data C182,
+lecture 14): the mean of the patch outputs, or all of them flattened into one vector.
 """
 
 from __future__ import annotations
@@ -79,7 +81,9 @@ class PatchEmbedding(nn.Module):
 @dataclass
 class ViTConfig:
     """Sizes of a ``ViT`` (the defaults: ViT-Lite-7/4 of Hassani et al., 2021, for 32x32 images);
-    ``d_hidden=None`` means 4·d_model."""
+    ``d_hidden=None`` means 4·d_model. ``pool``: what the classifier reads, ``"cls"`` (the class
+    token's output), ``"mean"`` (the mean of the patch outputs, no class token) or ``"flatten"``
+    (all patch outputs concatenated, ``N·d_model`` numbers; no class token)."""
 
     image_size: int = 32
     patch_size: int = 4
@@ -90,6 +94,14 @@ class ViTConfig:
     num_layers: int = 7
     d_hidden: int | None = 512
     dropout: float = 0.0
+    pool: str = "cls"
+
+    def __post_init__(self):
+        if self.pool not in POOLS:
+            raise ValueError(f"pool must be one of {POOLS}, got {self.pool!r}")
+
+
+POOLS = ("cls", "mean", "flatten")
 
 
 class ViT(nn.Module):
@@ -109,27 +121,37 @@ class ViT(nn.Module):
         self.image_size, self.patch_size = c.image_size, c.patch_size
         self.grid = c.image_size // c.patch_size  # patches per side
         self.patch_embed = PatchEmbedding(c.patch_size, c.in_channels, c.d_model)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model))
-        self.pos_embedding = nn.Parameter(torch.zeros(1, 1 + self.grid ** 2, c.d_model))
+        n_cls = 1 if c.pool == "cls" else 0
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model)) if n_cls else None
+        self.pos_embedding = nn.Parameter(torch.zeros(1, n_cls + self.grid ** 2, c.d_model))
         self.dropout = nn.Dropout(c.dropout)
         self.encoder = TransformerStack(c.num_layers, c.d_model, c.num_heads, c.d_hidden, c.dropout,
                                         norm_first=True, activation="gelu")
-        self.head = nn.Linear(c.d_model, c.num_classes)
+        features = c.d_model * (self.grid ** 2 if c.pool == "flatten" else 1)
+        self.head = nn.Linear(features, c.num_classes)
         nn.init.trunc_normal_(self.pos_embedding, std=0.02)
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        if n_cls:
+            nn.init.trunc_normal_(self.cls_token, std=0.02)
 
     def tokens(self, images: Tensor) -> Tensor:
-        """Encoder input: ``(B, C, H, W) -> (B, 1 + N, D)``, class token first, positions added."""
+        """Encoder input: ``(B, C, H, W) -> (B, 1 + N, D)``, class token first, positions added
+        (``(B, N, D)`` without a class token)."""
         if images.shape[-2:] != (self.image_size, self.image_size):
             raise ValueError(f"expected {self.image_size}x{self.image_size} images, "
                              f"got {tuple(images.shape[-2:])}")
         x = self.patch_embed(images)  # (B, N, D)
-        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
-        return self.dropout(torch.cat([cls, x], dim=1) + self.pos_embedding)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1 + N, D)
+        return self.dropout(x + self.pos_embedding)
+
+    def pooled(self, x: Tensor) -> Tensor:
+        """Encoder output ``(B, T, D)`` -> what the head reads: ``(B, D)``, or ``(B, N·D)`` flattened."""
+        pool = self.config.pool
+        return x[:, 0] if pool == "cls" else x.mean(1) if pool == "mean" else x.flatten(1)
 
     def forward(self, images: Tensor) -> Tensor:
-        x = self.encoder(self.tokens(images))  # (B, 1 + N, D)
-        return self.head(x[:, 0])  # (B, num_classes), from the class token
+        x = self.encoder(self.tokens(images))  # (B, 1 + N, D) or (B, N, D)
+        return self.head(self.pooled(x))  # (B, num_classes)
 
     @torch.no_grad()
     def attention_maps(self, images: Tensor) -> Tensor:
@@ -141,5 +163,7 @@ class ViT(nn.Module):
 
     def class_token_attention(self, images: Tensor, layer: int = -1) -> Tensor:
         """Attention from the class token to the patches, ``(B, heads, grid, grid)``."""
+        if self.cls_token is None:
+            raise ValueError(f"class_token_attention needs pool='cls', this model has pool={self.config.pool!r}")
         weights = self.attention_maps(images)[:, layer, :, 0, 1:]  # (B, heads, N)
         return weights.reshape(*weights.shape[:2], self.grid, self.grid)
