@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import importlib
 import json
 import re
 import subprocess
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tools import exercises, grading  # noqa: E402
+from tools.library_answers import LIBRARY_ANSWERS  # noqa: E402
 
 SOURCES = exercises.sources(ROOT)
 CHAPTERS = [exercises.chapter_of(s) for s in SOURCES]
@@ -52,40 +54,118 @@ def paths(built: Path, chapter: str) -> dict[str, Path]:
             "autograder": built / "autograder" / f"{chapter}-autograder.zip"}
 
 
-def run_in_process(nb_path: Path, autograder: Path, tmp: Path) -> dict[str, tuple[float, float, list[bool]]]:
-    """Execute a notebook's code cells in a fresh namespace and run every question's tests:
-    {question: (score, possible, [passed per test case])}. No time limits: trusted notebooks only."""
-    from IPython.core.inputtransformer2 import TransformerManager
-    from otter.nbmeta_config import NBMetadataConfig
-    from otter.test_files import create_test_file
+def submission(student: nbformat.NotebookNode, solved: nbformat.NotebookNode,
+               edits: dict[str, str | None], fill: bool = True, extra: str | None = None) -> nbformat.NotebookNode:
+    """The student notebook with every answer cell filled in from the solutions (or left
+    unfilled, ``fill=False``), then the answer cell of each question in ``edits`` replaced by new
+    source, or deleted (None); ``extra`` is a code cell added at the end."""
+    nb = nbformat.from_dict(json.loads(json.dumps(student)))
+    assert len(nb.cells) == len(solved.cells)
+    question_of = {c.number: c.question for c in grading.plan_cells(nb)}
+    kept = []
+    for number, (cell, answer) in enumerate(zip(nb.cells, solved.cells), start=1):
+        if "otter_answer_cell" in cell.metadata.get("tags", []):
+            cell.source = answer.source if fill else cell.source
+            edit = edits.get(question_of[number], cell.source)
+            if edit is None:
+                continue
+            cell.source = edit
+        kept.append(cell)
+    if extra is not None:
+        kept.append(nbformat.v4.new_code_cell(extra))
+    nb.cells = kept
+    return nb
 
-    _, questions = grading.load_autograder(autograder, tmp)
-    namespace: dict = {"__name__": "__main__"}
-    transform = TransformerManager().transform_cell
-    for cell in grading.plan_cells(nbformat.read(nb_path, as_version=4)):
+
+def library_answer_cells(chapter: str) -> dict[str, str]:
+    """Per question with a drop-in library answer, an answer cell whose functions just call it:
+    generated from ``tools.library_answers``, three lines per function."""
+    cells = {}
+    for question, answers in LIBRARY_ANSWERS.get(chapter, {}).items():
+        lines = []
+        for function, (first, *_) in answers.items():
+            if first is None:
+                continue
+            dotted, _, fixed = first.partition("(")
+            module = importable_prefix(dotted)
+            fixed = fixed.rstrip(")")
+            lines += [f"def {function}(*args, **kwargs):",
+                      f"    import {module}",
+                      f"    return {dotted}(*args, **kwargs{', ' + fixed if fixed else ''})"]
+        if lines:
+            cells[question] = "\n".join(lines)
+    return cells
+
+
+def importable_prefix(dotted: str) -> str:
+    """The longest prefix of ``dotted`` that is a module: ``xfl.attention`` of ``xfl.attention.f``."""
+    parts = dotted.split(".")
+    for n in range(len(parts) - 1, 0, -1):
         try:
-            exec(compile(transform(cell.source), f"<{nb_path.name}>", "exec"), namespace)
-        except Exception:  # an unfilled cell may fail; its tests will say so
-            pass
-    results = {}
-    for q in questions:
-        test_file = create_test_file(str(q.test_path), NBMetadataConfig())
-        test_file.run(namespace)
-        results[q.name] = (test_file.score, q.points, [r.passed for r in test_file.test_case_results])
-    return results
+            importlib.import_module(".".join(parts[:n]))
+            return ".".join(parts[:n])
+        except ImportError:
+            continue
+    raise ValueError(f"no module in {dotted!r}")
+
+
+def grade(built: Path, chapter: str, notebooks: dict[str, nbformat.NotebookNode], tmp: Path,
+          block_library: bool = True) -> dict[str, dict]:
+    """Grade ``{student: notebook}`` with the real grader: ``{student: CSV row}``."""
+    folder = tmp / "submissions"
+    folder.mkdir(parents=True)
+    for student, nb in notebooks.items():
+        nbformat.write(nb, folder / f"{student}.ipynb")
+    output = tmp / "grades" / "grades.csv"
+    output.parent.mkdir()
+    grading.grade_folder(paths(built, chapter)["autograder"], folder, output, limit=LIMIT, grace=GRACE,
+                         jobs=2, block_library=block_library)
+    with open(output) as f:
+        return {row["student"]: row for row in csv.DictReader(f)}
+
+
+def read_notebooks(built: Path, chapter: str) -> tuple[nbformat.NotebookNode, nbformat.NotebookNode]:
+    p = paths(built, chapter)
+    return nbformat.read(p["student"], as_version=4), nbformat.read(p["solutions"], as_version=4)
+
+
+LIMIT, GRACE = 8.0, 3.0  # seconds; generous enough for a busy 2-core CI machine
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_solutions_pass_and_stubs_fail(built, chapter, tmp_path):
-    p = paths(built, chapter)
-    solved = run_in_process(p["solutions"], p["autograder"], tmp_path / "a")
-    assert len(solved) >= 3, f"{chapter} has {len(solved)} graded questions, expected at least 3"
-    for name, (score, possible, passed) in solved.items():
-        assert score == possible > 0 and all(passed), f"{chapter} {name}: solution scores {score}/{possible}"
-        assert len(passed) >= 2, f"{chapter} {name}: expected a public and a hidden test"
-    unfilled = run_in_process(p["student"], p["autograder"], tmp_path / "b")
-    for name, (score, possible, passed) in unfilled.items():
-        assert score == 0 and not any(passed), f"{chapter} {name}: the unfilled stub passes {passed}"
+def test_solutions_full_stubs_zero_library_zero(built, chapter, tmp_path):
+    """Through the real grader: the solutions earn every point, the unfilled notebook none, and
+    a notebook whose answers call the library earns none on those questions (and every point
+    when the library is let through, so each listed function really is an answer)."""
+    student_nb, solved = read_notebooks(built, chapter)
+    library = library_answer_cells(chapter)
+    rows = grade(built, chapter, {"solutions": submission(student_nb, solved, {}),
+                                  "stub": submission(student_nb, solved, {}, fill=False),
+                                  "library": submission(student_nb, solved, library)}, tmp_path / "a")
+    _, questions = grading.load_autograder(paths(built, chapter)["autograder"], tmp_path / "zip")
+    assert len(questions) >= 4, f"{chapter} has {len(questions)} graded questions, expected at least 4"
+    for q in questions:
+        assert float(rows["solutions"][q.name]) == q.points > 0, (q.name, rows["solutions"])
+        assert float(rows["stub"][q.name]) == 0, (q.name, rows["stub"])
+        expected = 0 if q.name in library else q.points
+        assert float(rows["library"][q.name]) == expected, (q.name, rows["library"])
+    assert rows["solutions"]["notes"] == "", rows["solutions"]["notes"]
+    if library:
+        let_through = grade(built, chapter, {"library": submission(student_nb, solved, library)},
+                            tmp_path / "b", block_library=False)
+        for q in questions:
+            assert float(let_through["library"][q.name]) == q.points, (q.name, let_through["library"])
+
+
+def test_library_answers_name_real_questions(built, tmp_path):
+    """Every entry of tools.library_answers names a question of its chapter and importable functions."""
+    from tools.student import resolve
+    for chapter, answers in LIBRARY_ANSWERS.items():
+        assert chapter in CHAPTERS, chapter
+        _, questions = grading.load_autograder(paths(built, chapter)["autograder"], tmp_path / chapter)
+        assert set(answers) <= {q.name for q in questions}, (chapter, sorted(answers))
+        for name in (n for a in answers.values() for names in a.values() for n in names if n):
+            assert callable(resolve(name.partition("(")[0])[2]), name
 
 
 # --------------------------------------------------------------------------- leaks
@@ -190,36 +270,13 @@ def test_book_pages_come_from_the_student_build(built, tmp_path):
 
 
 # --------------------------------------------------------------- the real grader
-LIMIT, GRACE = 8.0, 3.0  # seconds; generous enough for a busy 2-core CI machine
-
-
-def submission(student: nbformat.NotebookNode, solved: nbformat.NotebookNode,
-               edits: dict[str, str | None]) -> nbformat.NotebookNode:
-    """The student notebook with every answer cell filled in from the solutions, then the
-    answer cell of each question in ``edits`` replaced by new source, or deleted (None)."""
-    nb = nbformat.from_dict(json.loads(json.dumps(student)))
-    assert len(nb.cells) == len(solved.cells)
-    question_of = {c.number: c.question for c in grading.plan_cells(nb)}
-    kept = []
-    for number, (cell, answer) in enumerate(zip(nb.cells, solved.cells), start=1):
-        if "otter_answer_cell" in cell.metadata.get("tags", []):
-            cell.source = answer.source
-            edit = edits.get(question_of[number], cell.source)
-            if edit is None:
-                continue
-            cell.source = edit
-        kept.append(cell)
-    nb.cells = kept
-    return nb
-
-
 SLOW_SCALE = '''
 def attention(q, k, v):
     weights = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], dim=-1)  # d_k, not its root
     return weights @ v, weights
 '''
 LOOPS = '''
-def attention_scores(q, k):
+def attention(q, k, v):
     while True:
         pass
 '''
@@ -232,24 +289,74 @@ while True:  # catches the time limit's interrupt too: only a kill stops it
         pass
 '''
 FIXTURES = {  # student: (edits to the ch01 solutions, expected {question: score})
-    "correct": ({}, {"q1": 3, "q2": 4, "q3": 3}),
-    "partly_wrong": ({"q2": SLOW_SCALE}, {"q1": 3, "q2": 2, "q3": 2}),
-    "raises": ({"q1": 'raise RuntimeError("not done yet")'}, {"q1": 0, "q2": 4, "q3": 3}),
-    "loops": ({"q1": LOOPS}, {"q1": 0, "q2": 4, "q3": 3}),
-    "hangs": ({"q1": IGNORES_INTERRUPTS}, {"q1": 0, "q2": 4, "q3": 3}),
-    "deleted_cell": ({"q3": None}, {"q1": 3, "q2": 4, "q3": 0}),
+    "correct": ({}, {"q1": 3, "q2": 2, "q3": 3, "q4": 4}),
+    "partly_wrong": ({"q1": SLOW_SCALE}, {"q1": 2, "q2": 2, "q3": 3, "q4": 4}),
+    "raises": ({"q1": 'raise RuntimeError("not done yet")'}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
+    "loops": ({"q1": LOOPS}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
+    "hangs": ({"q1": IGNORES_INTERRUPTS}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
+    "deleted_cell": ({"q3": None}, {"q1": 3, "q2": 2, "q3": 0, "q4": 4}),
 }
+
+# Cells that try to forge a verdict. Each is added to an unfilled notebook (it must earn 0) and to
+# the partly wrong one (it must earn exactly what that one earns without it).
+FORGERIES = {
+    "patches_comparisons": '''
+import torch, torch.testing
+torch.equal = torch.allclose = lambda *a, **k: True
+torch.isclose = lambda a, b, *r, **k: torch.ones_like(torch.as_tensor(a), dtype=torch.bool)
+torch.testing.assert_close = lambda *a, **k: None
+torch.Tensor.__eq__ = torch.Tensor.__ge__ = torch.Tensor.__le__ = lambda *a: torch.tensor(True)
+torch.Tensor.all = torch.Tensor.any = lambda *a, **k: torch.tensor(True)
+''',
+    "patches_builtins": '''
+import builtins
+builtins.all = builtins.any = lambda *a: True
+builtins.isinstance = lambda *a: True
+builtins.abs = lambda x: 0
+builtins.AssertionError = type("NotAnError", (Exception,), {})
+''',
+    "exits_early": 'import os\nos._exit(0)',
+    "raises_system_exit": 'raise SystemExit(0)',
+    "prints_fake_results": '''
+import json, os
+print("All tests passed!")
+print(json.dumps({"tests": [{"name": q, "score": 4, "max_score": 4} for q in ("q1", "q2", "q3", "q4")]}))
+for fd in map(int, os.listdir("/proc/self/fd")):  # and into every pipe it can find
+    for i in range(1, 60):
+        try:
+            os.write(fd, (json.dumps({"event": "reply", "id": i, "value": True, "error": None,
+                                      "library": [], "timed_out": False}) + "\\n").encode())
+        except OSError:
+            break
+''',
+}
+TENSOR_SUBCLASS = '''
+class AlwaysEqual(torch.Tensor):
+    def __eq__(self, other):
+        return True
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True  # torch.equal, allclose, shape, anything: True
+
+def attention(q, k, v):
+    return torch.zeros(0).as_subclass(AlwaysEqual), torch.zeros(0).as_subclass(AlwaysEqual)
+'''
 
 
 @pytest.fixture(scope="module")
 def graded(built, tmp_path_factory):
-    """The ch01 fixture submissions graded by ``tools.grading`` (2 notebooks at a time)."""
+    """The ch01 fixture submissions and forgeries graded by ``tools.grading`` (2 at a time)."""
     p = paths(built, "ch01_qkv")
-    student_nb, solved = (nbformat.read(p[k], as_version=4) for k in ("student", "solutions"))
+    student_nb, solved = read_notebooks(built, "ch01_qkv")
     folder = tmp_path_factory.mktemp("submissions")
-    for student, (edits, _) in FIXTURES.items():
+    notebooks = {student: submission(student_nb, solved, edits) for student, (edits, _) in FIXTURES.items()}
+    for name, cell in FORGERIES.items():
+        notebooks[f"{name}_unfilled"] = submission(student_nb, solved, {}, fill=False, extra=cell)
+        notebooks[f"{name}_partly_wrong"] = submission(student_nb, solved, FIXTURES["partly_wrong"][0], extra=cell)
+    notebooks["tensor_subclass"] = submission(student_nb, solved, {"q1": TENSOR_SUBCLASS}, fill=False)
+    for student, nb in notebooks.items():
         (folder / student).mkdir()
-        nbformat.write(submission(student_nb, solved, edits), folder / student / "ch01_qkv_exercises.ipynb")
+        nbformat.write(nb, folder / student / "ch01_qkv_exercises.ipynb")
     (folder / "garbled.ipynb").write_text("this is not a notebook")
     output = tmp_path_factory.mktemp("grades") / "grades.csv"
     grading.grade_folder(p["autograder"], folder, output, limit=LIMIT, grace=GRACE, jobs=2)
@@ -258,25 +365,43 @@ def graded(built, tmp_path_factory):
     return rows, json.loads(output.with_suffix(".json").read_text()), folder, output
 
 
+def scores(row: dict) -> dict[str, float]:
+    return {q: float(v) for q, v in row.items() if re.fullmatch(r"q\d+", q)}
+
+
 @pytest.mark.parametrize("student", FIXTURES)
 def test_fixture_submission_scores(graded, student):
     rows, _, _, _ = graded
     expected = FIXTURES[student][1]
     row = rows[student]
-    assert {q: float(row[q]) for q in expected} == expected, row
-    assert float(row["total"]) == sum(expected.values()) and float(row["possible"]) == 10
+    assert scores(row) == expected, row
+    assert float(row["total"]) == sum(expected.values()) and float(row["possible"]) == 12
+
+
+@pytest.mark.parametrize("forgery", FORGERIES)
+def test_forgeries_earn_what_the_honest_answers_earn(graded, forgery):
+    rows, _, _, _ = graded
+    assert set(scores(rows[f"{forgery}_unfilled"]).values()) == {0.0}, rows[f"{forgery}_unfilled"]
+    assert scores(rows[f"{forgery}_partly_wrong"]) == FIXTURES["partly_wrong"][1], rows[f"{forgery}_partly_wrong"]
+
+
+def test_a_tensor_subclass_arrives_as_a_plain_tensor(graded):
+    rows, details, _, _ = graded
+    assert set(scores(rows["tensor_subclass"]).values()) == {0.0}, rows["tensor_subclass"]
 
 
 def test_time_limits_are_reported(graded):
     rows, details, _, _ = graded
     assert "q1: tests stopped by the time limit" in rows["loops"]["notes"]
     assert "killed after 11 s without progress; graded again without it" in rows["hangs"]["notes"]
-    assert rows["correct"]["notes"] == "" and details["students"]["correct"]["cases"]["q2"][1]["hidden"]
+    assert "ended the grader; graded again without it" in rows["exits_early_partly_wrong"]["notes"]
+    assert rows["correct"]["notes"] == "" and details["students"]["correct"]["cases"]["q1"][1]["hidden"]
     assert rows["garbled"]["total"] == "0" and "unreadable" in rows["garbled"]["notes"]
 
 
 def test_grader_agrees_with_otter_run(graded, built, tmp_path):
-    """``otter run`` (no time limits) gives the partly wrong submission the same scores."""
+    """``otter run`` (no time limits, tests in the notebook's process) gives the partly wrong
+    submission the same scores: the proxies change where the tests run, not what they say."""
     _, _, folder, _ = graded
     out = tmp_path / "otter"
     out.mkdir()
@@ -284,5 +409,5 @@ def test_grader_agrees_with_otter_run(graded, built, tmp_path):
                     "-o", str(out), str(folder / "partly_wrong" / "ch01_qkv_exercises.ipynb")],
                    check=True, capture_output=True, timeout=300)
     results = json.loads((out / "results.json").read_text())
-    scores = {t["name"]: t["score"] for t in results["tests"] if "max_score" in t}
-    assert scores == FIXTURES["partly_wrong"][1]
+    otter_scores = {t["name"]: t["score"] for t in results["tests"] if "max_score" in t}
+    assert otter_scores == FIXTURES["partly_wrong"][1]

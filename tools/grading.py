@@ -4,15 +4,23 @@
 
 SUBMISSIONS_DIR holds one notebook per student: ``<student>.ipynb``, or ``<student>/<any>.ipynb``.
 The tests (hidden ones included) come from the autograder zip that ``tools.exercises build``
-writes; they are otter-grader test files, run with otter's own test runner.
+writes: otter-grader test files, where a test receives the student's function and asserts.
 
-Time limits. ``otter run`` executes a whole notebook with no time limit, so one endless loop
-stops everything. Here the notebook runs in a separate process where every step has a limit
-of ``--timeout`` seconds: each code cell, and each question's tests. A step that runs over is
-interrupted (the cell counts as failed, the question scores 0) and grading goes on with the
-next step. Code that ignores the interrupt (it catches every exception, or hangs inside C
-code) is killed ``--grace`` seconds later; the notebook is then graded again in a fresh process
-without that cell (or, if it was a question's tests, without that question, which scores 0).
+Verdicts the submission cannot touch. The notebook runs in its own process (``tools.student``);
+the tests run here, in the grader's process, where each student function is a ``Proxy``:
+calling it sends the inputs to the student's process and brings the result back as plain data
+(``tools.plain``: tensors as dtype, shape and bytes, numbers, strings, lists, tuples and dicts;
+never a pickle). Every comparison thus uses the grader's own, unpatched torch and builtins, and
+nothing the notebook prints, patches or exits with reaches the scores. While a question's calls
+run, the library functions that would answer it raise (``tools.library_answers``), and a call
+that reached one fails its test even if the student's code caught the error.
+
+Time limits. Each code cell, and each question's tests together, get ``--timeout`` seconds. A
+step that runs over is interrupted (the cell counts as failed, the question scores 0) and
+grading goes on. Code that ignores the interrupt (it catches every exception, or hangs inside C
+code) is killed ``--grace`` seconds later; the notebook then runs again in a fresh process
+without that cell (or, if it was a question's call, the question scores 0 and the others run
+again). A cell that ends the process (``os._exit``) is dropped the same way.
 
 Output: ``grades.csv`` (student, one column per question, total, possible, notes), written
 atomically, plus ``grades.json`` with every test case's result and ``grades-logs/`` with each
@@ -23,10 +31,12 @@ account or container if you do not trust the submissions.
 from __future__ import annotations
 
 import argparse
+import builtins
 import csv
 import io
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -37,11 +47,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools import plain
+from tools.library_answers import blocked_names
 from xfl.files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSWER_TAGS = {"otter_answer_cell", "otter_assign_solution_cell"}  # student / solutions notebook
 CHECK_PREFIX = "grader.check("
+STARTUP_S = 30.0  # extra patience for the student's process to start (Python, IPython)
 
 
 # ------------------------------------------------------------------ the assignment
@@ -122,106 +135,168 @@ def plan_cells(nb) -> list[Cell]:
     return cells
 
 
-# ----------------------------------------------------------------------- the worker
-class TimeLimit(BaseException):
-    """Raised inside student code when a step runs out of time (not an Exception, so a
-    test runner's ``except Exception`` does not swallow it)."""
+# ------------------------------------------------------------------ the student's process
+class ProcessLost(BaseException):
+    """The student's process was killed (no progress within the limit) or ended by itself."""
 
 
-def _on_alarm(signum, frame):
-    raise TimeLimit("time limit")
+class QuestionTimeLimit(BaseException):
+    """A question's tests ran out of time (a BaseException: it stops the whole question)."""
 
 
-def call_with_limit(fn, seconds: float):
-    """``(fn(), False)``, or ``(None, True)`` when it ran longer than ``seconds``."""
-    try:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            return fn(), False
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except TimeLimit:
-        return None, True
+class StudentProcess:
+    """A submitted notebook running in its own process (``tools.student``): its cells run once,
+    then ``call`` sends a function's inputs there and brings its result back as plain data."""
 
-
-def worker(job_path: Path, progress_path: Path) -> None:
-    """Run a job's cells in an IPython shell, then its questions' tests; one JSON line per step."""
-    job = json.loads(job_path.read_text())
-    limit = job["limit"]
-    signal.signal(signal.SIGALRM, _on_alarm)
-    from IPython.core.interactiveshell import InteractiveShell
-    from otter.nbmeta_config import NBMetadataConfig
-    from otter.test_files import create_test_file
-
-    shell = InteractiveShell.instance()
-    with open(progress_path, "a") as progress:
-        def report(**event):
-            progress.write(json.dumps(event) + "\n")
-            progress.flush()
-
-        report(event="started")
-        for index, source in enumerate(job["cells"]):
-            result, timed_out = call_with_limit(lambda: shell.run_cell(source, store_history=False), limit)
-            timed_out = timed_out or isinstance(getattr(result, "error_in_exec", None), TimeLimit)
-            error = None if timed_out or result is None or result.success else repr(
-                result.error_in_exec or result.error_before_exec)
-            report(event="cell", index=index, timed_out=timed_out, error=error)
-        for question in job["questions"]:
-            test_file = create_test_file(question["path"], NBMetadataConfig())
-            _, timed_out = call_with_limit(lambda: test_file.run(shell.user_ns), limit)
-            report(event="question", name=question["name"], timed_out=timed_out,
-                   score=0.0 if timed_out else float(test_file.score),
-                   cases=[] if timed_out else [
-                       {"name": r.test_case.name, "hidden": r.test_case.hidden,
-                        "points": r.test_case.points, "passed": r.passed, "message": r.message}
-                       for r in test_file.test_case_results])
-
-
-# ----------------------------------------------------------------------- the parent
-def run_job(cells: list[Cell], questions: list[Question], limit: float, grace: float,
-            log_path: Path) -> tuple[list[dict], bool]:
-    """Run a worker process; kill it (and its children) when a step outlasts limit + grace.
-    Returns (the events it reported, whether it was killed)."""
-    env = dict(os.environ, XFL_FAST="1", MPLBACKEND="Agg",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    with tempfile.TemporaryDirectory(prefix="xfl-grade-") as tmp:
-        job_path, progress = Path(tmp) / "job.json", Path(tmp) / "progress.jsonl"
-        job_path.write_text(json.dumps({"cells": [c.source for c in cells], "limit": limit, "questions": [
-            {"name": q.name, "path": str(q.test_path)} for q in questions]}))
-        progress.touch()
-        work = Path(tmp) / "work"  # the student's code runs here
+    def __init__(self, cells: list[Cell], limit: float, grace: float, log_path: Path,
+                 library: dict[str, list[str]]):
+        self.limit, self.grace, self.buffer, self.next_id = limit, grace, b"", 0
+        self.tmp = tempfile.TemporaryDirectory(prefix="xfl-grade-")
+        job = Path(self.tmp.name) / "job.json"
+        job.write_text(json.dumps({"cells": [c.source for c in cells], "limit": limit, "library": library}))
+        work = Path(self.tmp.name) / "work"  # the student's code runs here
         work.mkdir()
+        req_read, self.requests = os.pipe()
+        self.events, evt_write = os.pipe()
+        env = dict(os.environ, XFL_FAST="1", MPLBACKEND="Agg",
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "tools.grading", "worker", str(job_path),
-                                     str(progress)], cwd=work, env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-            killed = _watch(proc, progress, limit + grace)
-        events = []
-        for line in progress.read_text().splitlines():
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tools.student", str(job), str(req_read), str(evt_write)],
+                cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                pass_fds=(req_read, evt_write), start_new_session=True)
+        os.close(req_read)
+        os.close(evt_write)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+        for fd in (self.requests, self.events):
             try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut short by the kill
+                os.close(fd)
+            except OSError:
                 pass
-    return events, killed
+        self.tmp.cleanup()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+    def receive(self, patience: float) -> dict:
+        """The next event; ``ProcessLost`` if none comes within ``patience`` s or the process ends."""
+        deadline = time.monotonic() + patience
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.events], [], [], left)[0]:
+                self.kill()
+                raise ProcessLost(f"killed after {patience:g} s without progress")
+            chunk = os.read(self.events, 1 << 20)
+            if not chunk:
+                raise ProcessLost("ended the grader")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            event = None
+        if type(event) is not dict or "event" not in event:
+            self.kill()
+            raise ProcessLost(f"sent something that is not an event: {line[:80]!r}")
+        return event
+
+    def run_cells(self) -> tuple[list[dict], str | None, list[str]]:
+        """(cell events, why the process stopped early or None, the functions it defines)."""
+        cells = []
+        try:
+            event = self.receive(self.limit + self.grace + STARTUP_S)
+            while event["event"] == "started" or event["event"] == "cell":
+                if event["event"] == "cell":
+                    cells.append(event)
+                event = self.receive(self.limit + self.grace)
+        except ProcessLost as e:
+            return cells, str(e), []
+        if event["event"] != "ready" or type(event.get("functions")) is not list:
+            self.kill()
+            return cells, f"sent {event['event']!r} instead of its functions", []
+        return cells, None, [f for f in event["functions"] if type(f) is str]
+
+    def call(self, question: str, function: str, args: tuple, kwargs: dict, seconds: float):
+        """``function(*args, **kwargs)`` in the student's process, within ``seconds``."""
+        self.next_id += 1
+        request = {"id": self.next_id, "question": question, "function": function, "seconds": seconds,
+                   "args": plain.to_plain(list(args)), "kwargs": plain.to_plain(kwargs)}
+        try:
+            os.write(self.requests, (json.dumps(request) + "\n").encode())
+        except BrokenPipeError:
+            raise ProcessLost("ended the grader") from None
+        reply = self.receive(seconds + self.grace)
+        if reply.get("event") != "reply" or reply.get("id") != self.next_id:
+            self.kill()
+            raise ProcessLost(f"answered request {self.next_id} with {str(reply)[:80]!r}")
+        if reply.get("timed_out") is True:
+            raise QuestionTimeLimit(f"{function} ran past the time limit")
+        if reply.get("library"):
+            raise LibraryUsed(f"{function} called {', '.join(map(str, reply['library']))}, the library's "
+                              "answer to this question: write it yourself")
+        if reply.get("error") is not None:
+            raise student_exception(reply.get("error_type"), f"{function} raised {str(reply['error'])[:2000]}")
+        return plain.from_plain(reply.get("value"))
 
 
-def _watch(proc: subprocess.Popen, progress: Path, patience: float) -> bool:
-    """Wait for ``proc``; kill its process group if ``progress`` stops growing for ``patience`` s."""
-    size, last_change = -1, time.monotonic()
-    while proc.poll() is None:
-        time.sleep(0.1)
-        new_size = progress.stat().st_size
-        if new_size != size:
-            size, last_change = new_size, time.monotonic()
-        elif time.monotonic() - last_change > patience:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            return True
-    return False
+class StudentError(Exception):
+    """The student's function raised, or its result could not travel as plain data."""
+
+
+def student_exception(type_name, message: str) -> Exception:
+    """The grader's own exception for one the student's code raised: the built-in class of that
+    name (so a test can expect a ``ValueError``), else ``StudentError``."""
+    cls = getattr(builtins, type_name, None) if type(type_name) is str else None
+    if isinstance(cls, type) and issubclass(cls, Exception) and cls is not AssertionError:
+        return cls(message)
+    return StudentError(message)
+
+
+class LibraryUsed(Exception):
+    """The student's function called the library's answer to its question."""
+
+
+class Proxy:
+    """Stands in the grader's process for a student's function; calling it runs the real one
+    in the student's process. Only plain data crosses, in both directions."""
+
+    def __init__(self, student: StudentProcess, question: str, name: str, deadline: float):
+        self.student, self.question, self.__name__, self.deadline = student, question, name, deadline
+
+    def __call__(self, *args, **kwargs):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise QuestionTimeLimit(f"no time left for {self.__name__}")
+        return self.student.call(self.question, self.__name__, args, kwargs, left)
+
+    def __repr__(self):
+        return f"<the student's {self.__name__}>"
+
+
+def run_question(question: Question, student: StudentProcess, functions: list[str],
+                 limit: float) -> tuple[float, list[dict], str | None]:
+    """(score, test case results, a note) for one question, its tests run here on proxies."""
+    from otter.test_files import ExceptionTestFile
+
+    test_file = ExceptionTestFile.from_file(str(question.test_path))
+    deadline = time.monotonic() + limit
+    env = {name: Proxy(student, question.name, name, deadline) for name in functions}
+    try:
+        test_file.run(env)
+    except QuestionTimeLimit:
+        return 0.0, [], f"{question.name}: tests stopped by the time limit"
+    return float(test_file.score), [
+        {"name": r.test_case.name, "hidden": r.test_case.hidden, "points": r.test_case.points,
+         "passed": r.passed, "message": r.message} for r in test_file.test_case_results], None
 
 
 @dataclass
@@ -233,10 +308,10 @@ class Grade:
 
 
 def grade_notebook(student: str, nb_path: Path, questions: list[Question], limit: float,
-                   grace: float, log_path: Path, assignment: str | None = None) -> Grade:
-    """Grade one notebook. When the worker is killed (or dies) in a cell, that cell is dropped
-    and the notebook is run again; when it dies in a question's tests, that question scores 0
-    and the others are run again."""
+                   grace: float, log_path: Path, assignment: str | None = None,
+                   library: dict[str, list[str]] | None = None) -> Grade:
+    """Grade one notebook. A cell that kills or ends the student's process is dropped and the
+    notebook runs again; a question whose tests do so scores 0 and the others run again."""
     import nbformat
 
     grade = Grade(student)
@@ -251,35 +326,37 @@ def grade_notebook(student: str, nb_path: Path, questions: list[Question], limit
         grade.notes.append(f"notebook is for {submitted_for}, graded as {assignment}")
     cells, pending = plan_cells(nb), list(questions)
     while pending:
-        events, killed = run_job(cells, pending, limit, grace, log_path)
-        _record(grade, events, cells)
-        pending = [q for q in pending if q.name not in grade.scores]
-        if not pending or not events:  # done, or the worker could not even start
-            break
-        how = f"killed after {limit + grace:g} s without progress" if killed else "ended the grader"
-        cells_run = sum(e["event"] == "cell" for e in events)
-        if cells_run < len(cells):
-            grade.notes.append(f"cell {cells[cells_run].number}: {how}; graded again without it")
-            cells = cells[:cells_run] + cells[cells_run + 1:]
-        else:
-            culprit = pending.pop(0)
-            grade.scores[culprit.name], grade.cases[culprit.name] = 0.0, []
-            grade.notes.append(f"{culprit.name}: tests {how}")
+        with StudentProcess(cells, limit, grace, log_path, library or {}) as proc:
+            ran, stopped, functions = proc.run_cells()
+            grade.notes += [f"cell {cells[e['index']].number}: stopped by the time limit"
+                            for e in ran if e.get("timed_out") is True and 0 <= e.get("index", -1) < len(cells)]
+            if stopped and len(ran) < len(cells):
+                grade.notes.append(f"cell {cells[len(ran)].number}: {stopped}; graded again without it")
+                cells = cells[:len(ran)] + cells[len(ran) + 1:]
+                continue
+            if stopped:
+                break
+            pending = _grade_questions(grade, pending, proc, functions, limit)
     for q in pending:
         grade.scores[q.name], grade.cases[q.name] = 0.0, []
-        grade.notes.append(f"{q.name}: not graded (the grader failed to start; see the log)")
+        grade.notes.append(f"{q.name}: not graded (the notebook's process failed; see the log)")
     return grade
 
 
-def _record(grade: Grade, events: list[dict], cells: list[Cell]) -> None:
-    for e in events:
-        if e["event"] == "cell" and e["timed_out"]:
-            grade.notes.append(f"cell {cells[e['index']].number}: stopped by the time limit")
-        elif e["event"] == "question":
-            grade.scores[e["name"]] = e["score"]
-            grade.cases[e["name"]] = e["cases"]
-            if e["timed_out"]:
-                grade.notes.append(f"{e['name']}: tests stopped by the time limit")
+def _grade_questions(grade: Grade, pending: list[Question], proc: StudentProcess,
+                     functions: list[str], limit: float) -> list[Question]:
+    """Grade questions until the process is lost; return the ones left to grade."""
+    for i, q in enumerate(pending):
+        try:
+            score, cases, note = run_question(q, proc, functions, limit)
+        except ProcessLost as e:
+            grade.scores[q.name], grade.cases[q.name] = 0.0, []
+            grade.notes.append(f"{q.name}: tests {e}")
+            return pending[i + 1:]
+        grade.scores[q.name], grade.cases[q.name] = score, cases
+        if note:
+            grade.notes.append(note)
+    return []
 
 
 # ------------------------------------------------------------------------ outputs
@@ -300,19 +377,21 @@ def _num(x: float) -> str:
 
 
 def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float = 60.0,
-                 grace: float = 10.0, jobs: int = 1) -> list[Grade]:
-    """Grade every notebook in ``submissions``; write ``output`` (CSV) and its JSON and logs."""
+                 grace: float = 10.0, jobs: int = 1, block_library: bool = True) -> list[Grade]:
+    """Grade every notebook in ``submissions``; write ``output`` (CSV) and its JSON and logs.
+    ``block_library=False`` lets the library answer (to check that its answers are right)."""
     students = find_submissions(submissions)
     logs = output.with_name(f"{output.stem}-logs")
     logs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="xfl-autograder-") as tmp:
         assignment, questions = load_autograder(autograder, Path(tmp))
+        library = blocked_names(assignment) if block_library else {}
 
         def one(item):
             student, nb_path = item
             log = logs / f"{student}.log"
             log.unlink(missing_ok=True)
-            return grade_notebook(student, nb_path, questions, limit, grace, log, assignment)
+            return grade_notebook(student, nb_path, questions, limit, grace, log, assignment, library)
 
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             grades = list(pool.map(one, students.items()))
@@ -327,9 +406,6 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["worker"]:
-        worker(Path(argv[1]), Path(argv[2]))
-        return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("autograder", type=Path, help="the chapter's autograder zip")
     parser.add_argument("submissions", type=Path, help="folder of submitted notebooks")

@@ -1,0 +1,101 @@
+"""The grader's wire and the library block: plain data only, and blocked functions raise."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools import student  # noqa: E402
+from tools.plain import NotPlain, from_plain, to_plain  # noqa: E402
+
+
+def roundtrip(value):
+    return from_plain(json.loads(json.dumps(to_plain(value))))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.float32, torch.bfloat16, torch.float64,
+                                   torch.complex64, torch.uint8])
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 0, 4), (3, 5)])
+def test_tensors_travel_exactly(dtype, shape):
+    t = (torch.randn(shape, dtype=torch.float64) * 3).to(dtype)
+    back = roundtrip(t)
+    assert type(back) is torch.Tensor and back.dtype == dtype and back.shape == t.shape
+    assert torch.equal(back, t)
+
+
+def test_a_non_contiguous_view_travels_as_its_values():
+    t = torch.arange(12.0).reshape(3, 4).T
+    assert torch.equal(roundtrip(t), t)
+
+
+def test_nested_values_keep_their_types():
+    value = {"a": [1, 2.5, None, True], ("x", 1): (torch.tensor([1, 2]), "s"), 3: {"n": np.arange(3)},
+             "special": [math.inf, -math.inf], "size": torch.Size([2, 3])}
+    back = roundtrip(value)
+    assert back.keys() == value.keys() and back["a"] == [1, 2.5, None, True]
+    assert type(back[("x", 1)]) is tuple and torch.equal(back[("x", 1)][0], torch.tensor([1, 2]))
+    assert np.array_equal(back[3]["n"], np.arange(3)) and back["special"] == [math.inf, -math.inf]
+    assert back["size"] == (2, 3) and math.isnan(roundtrip(math.nan))
+
+
+def test_a_tensor_subclass_arrives_as_a_plain_tensor():
+    class AlwaysEqual(torch.Tensor):
+        def __eq__(self, other):
+            return True
+
+    back = roundtrip(torch.zeros(3).as_subclass(AlwaysEqual))
+    assert type(back) is torch.Tensor and not torch.equal(back, torch.ones(3))
+
+
+@pytest.mark.parametrize("value", [object(), torch.nn.Linear(2, 2), lambda x: x, {1, 2}, b"bytes",
+                                   torch.zeros(2, dtype=torch.float8_e4m3fn)])
+def test_other_objects_do_not_travel(value):
+    with pytest.raises(NotPlain):
+        to_plain(value)
+
+
+@pytest.mark.parametrize("data", [{"pickle": "gASV"}, {"tensor": ["float32", [2], "AAAA"]},
+                                  {"tensor": ["object", [1], ""]}, {"t": [1], "d": []}, {"float": "1e999"},
+                                  {"tensor": ["float32", [-1], ""]}])
+def test_malformed_data_is_refused(data):
+    with pytest.raises(NotPlain):
+        from_plain(data)
+
+
+def test_a_blocked_function_raises_even_through_an_earlier_reference():
+    from xfl.attention import causal_mask
+    held = causal_mask
+    student.CALLED.clear()
+    with student.blocked(["xfl.attention.causal_mask", "torch.nn.functional.scaled_dot_product_attention"]):
+        with pytest.raises(student.LibraryAnswer, match="xfl.attention.causal_mask"):
+            held(3)
+        with pytest.raises(student.LibraryAnswer):
+            torch.nn.functional.scaled_dot_product_attention(*torch.zeros(3, 1, 2, 4))
+    assert student.CALLED == ["xfl.attention.causal_mask", "torch.nn.functional.scaled_dot_product_attention"]
+    assert torch.equal(held(2), torch.tensor([[True, False], [True, True]]))  # restored afterwards
+    out = torch.nn.functional.scaled_dot_product_attention(*torch.zeros(3, 1, 2, 4))
+    assert out.shape == (1, 2, 4)
+
+
+def test_answer_reports_a_caught_library_call():
+    def sneaky(n):
+        try:
+            from xfl.attention import causal_mask
+            return causal_mask(n)
+        except Exception:
+            return torch.ones(n, n, dtype=torch.bool).tril()
+
+    request = {"id": 1, "question": "q1", "function": "sneaky", "seconds": 5.0,
+               "args": to_plain([3]), "kwargs": to_plain({})}
+    reply = student.answer(request, {"sneaky": sneaky}, {"q1": ["xfl.attention.causal_mask"]})
+    assert reply["library"] == ["xfl.attention.causal_mask"] and reply["id"] == 1
+    reply = student.answer(request, {"sneaky": sneaky}, {})
+    assert reply["library"] == [] and torch.equal(from_plain(reply["value"]), torch.ones(3, 3, dtype=torch.bool).tril())

@@ -1,0 +1,82 @@
+"""The library's answers: for each graded question, the functions that would answer it.
+
+``LIBRARY_ANSWERS[chapter][question]`` maps a function the student is asked to write to the
+library functions that compute it. The first one, called with the student's arguments (plus the
+keyword arguments written after it, as in ``f(return_weights=True)``), returns the answer: a
+submission that just calls it would get full marks. ``None`` first means the library has no
+drop-in answer. The others answer it too, in another form (or do its main step). While a question's calls run in the student's process, every one of them raises
+(``tools.student.blocked``), so calling the library scores zero on that question. The tests
+build a "calls the library" submission for every entry and check both halves: full marks with
+the library allowed, zero with it blocked.
+"""
+
+from __future__ import annotations
+
+SDPA = "torch.nn.functional.scaled_dot_product_attention"
+CROSS_ENTROPY = "torch.nn.functional.cross_entropy"
+ATTENTION = ["xfl.attention.scaled_dot_product_attention", "xfl.attention.attention_weights", SDPA,
+             "torch.nn.functional.multi_head_attention_forward", "torch.nn.MultiheadAttention.forward",
+             "xfl.attention.MultiHeadAttention.forward"]
+
+LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
+    "ch01_qkv": {
+        "q1": {"attention": ["xfl.attention.scaled_dot_product_attention(return_weights=True)",
+                             "xfl.attention.attention_weights", SDPA]},
+    },
+    "ch02_multihead": {
+        "q1": {"split_heads": [None, "xfl.attention.MultiHeadAttention.split_heads"]},
+        "q2": {"merge_heads": ["xfl.attention.MultiHeadAttention.merge_heads"]},
+        "q3": {"multihead_self_attention": [None, *ATTENTION]},
+        "q4": {"uneven_heads_attention": [None, *ATTENTION]},
+        "q5": {"mha_parameter_count": [None, "torch.nn.MultiheadAttention.__init__",
+                                       "xfl.attention.MultiHeadAttention.__init__", "xfl.model.count_parameters"]},
+    },
+    "ch03_masking": {
+        "q1": {"causal_mask": ["xfl.attention.causal_mask"]},
+        "q2": {"padding_mask": ["xfl.attention.padding_mask"]},
+        "q3": {"masked_attention_weights": ["xfl.attention.attention_weights", SDPA,
+                                            "xfl.attention.scaled_dot_product_attention"]},
+    },
+    "ch04_position": {
+        "q1": {"frequencies": ["xfl.position.frequencies"]},
+        "q2": {"sinusoidal_encoding": ["xfl.position.sinusoidal_encoding"]},
+        "q3": {"shift_matrix": ["xfl.position.offset_rotation"]},
+    },
+    "ch05_encoder_decoder": {
+        "q1": {"layer_norm": [None, "torch.nn.functional.layer_norm", "torch.layer_norm",
+                              "torch.nn.LayerNorm.forward"]},
+        "q4": {"label_smoothed_loss": [None, CROSS_ENTROPY, "torch.nn.CrossEntropyLoss.forward"]},
+    },
+    "ch06_bleu": {
+        "q1": {"ngram_counts": ["xfl.bleu.ngram_counts"]},
+        "q2": {"clipped_precision": ["xfl.bleu.modified_precision", "xfl.bleu.clipped_matches"]},
+        "q3": {"brevity_penalty": ["xfl.bleu.brevity_penalty"]},
+        "q5": {"repeated_word_bleu": [None, "xfl.bleu.sentence_bleu", "xfl.bleu.corpus_bleu",
+                                      "xfl.bleu.modified_precision", "xfl.bleu.brevity_penalty"]},
+    },
+    "ch07_vit": {
+        "q1": {"patchify": ["xfl.vit.patchify"]},
+        "q2": {"unpatchify": ["xfl.vit.unpatchify"]},
+    },
+    "ch08_pixel": {
+        "q3": {"pixel_self_attention": [None, *ATTENTION]},
+        "q4": {"pixel_attention_map": [None, *ATTENTION]},
+    },
+    "ch09_gpt": {
+        "q2": {"lm_loss_from_logits": [None, CROSS_ENTROPY, "torch.nn.CrossEntropyLoss.forward"]},
+        "q5": {"causal_padding_mask": ["xfl.attention.causal_padding_mask"]},
+    },
+    "ch045_subwords": {  # the questions ask for more than xfl.bpe returns: no drop-in answers
+        "q1": {"count_pairs": [None, "xfl.bpe.pairs_of"]},
+        "q2": {"merge_pair": [None, "xfl.bpe.merge_symbols"]},
+        "q3": {"apply_merges": [None, "xfl.bpe.BPE.encode_word", "xfl.bpe.merge_symbols"]},
+        "q4": {"learn_merges": [None, "xfl.bpe.train_bpe"]},
+        "q6": {"first_difference": [None, "xfl.bpe.train_bpe"]},
+    },
+}
+
+
+def blocked_names(chapter: str | None) -> dict[str, list[str]]:
+    """``{question: [library functions that raise while its calls run]}`` for one chapter."""
+    return {q: sorted({name.partition("(")[0] for names in answers.values() for name in names if name})
+            for q, answers in LIBRARY_ANSWERS.get(chapter or "", {}).items()}

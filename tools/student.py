@@ -1,0 +1,162 @@
+"""The student's process: run a submitted notebook's cells, then answer the grader's calls.
+
+    python -m tools.student JOB_JSON REQUESTS_FD EVENTS_FD     (started by ``tools.grading``)
+
+It never sees a test and never reports a verdict. It reads requests ("call function f of
+question q with these arguments", as plain data) from one pipe and writes events (a cell ran,
+the functions are ready, a call's result as plain data) to another, one JSON object a line. The
+notebook's own output goes to stdout, which the grader keeps as a log and never parses.
+
+Each cell and each call has a time limit (SIGALRM raises ``TimeLimit``). While a call of question
+q runs, the library functions that would answer q (``tools.library_answers``) are blocked: their
+code is swapped for one that raises, so a reference taken earlier is blocked too, and a blocked
+call is reported with the result even if the student's code catches the exception.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import sys
+import types
+from contextlib import contextmanager
+from pathlib import Path
+
+from tools.plain import from_plain, to_plain
+
+CALLED: list[str] = []  # the blocked library functions called during the current call
+
+
+class TimeLimit(BaseException):
+    """Raised inside student code when a step runs out of time (a BaseException, so a plain
+    ``except Exception`` in the student's code does not swallow it)."""
+
+
+class LibraryAnswer(Exception):
+    """A student's function called the library's answer to the question it was asked to write."""
+
+
+def _on_alarm(signum, frame):
+    raise TimeLimit("time limit")
+
+
+def call_with_limit(fn, seconds: float):
+    """``(fn(), False)``, or ``(None, True)`` when it ran longer than ``seconds``."""
+    try:
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+        try:
+            return fn(), False
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except TimeLimit:
+        return None, True
+
+
+# ------------------------------------------------------------------ blocking the library
+def library_called(name: str):
+    """What a blocked library function does instead of its work."""
+    CALLED.append(name)
+    raise LibraryAnswer(f"{name} is the library's answer to this question: write it yourself")
+
+
+def resolve(dotted: str) -> tuple[object, str, object]:
+    """``'pkg.module.Class.attr'`` -> (owner, attribute name, value), importing the module."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:-1]:
+            owner = getattr(owner, name)
+        return owner, parts[-1], getattr(owner, parts[-1])
+    raise ValueError(f"cannot import {dotted!r}: expected 'package.module.function'")
+
+
+def _blocker_code(fn: types.FunctionType, dotted: str) -> types.CodeType:
+    source = (f"def {fn.__name__}(*args, **kwargs):\n"
+              f"    return __import__('tools.student', fromlist=['x']).library_called({dotted!r})\n")
+    namespace: dict = {}
+    exec(compile(source, f"<blocked {dotted}>", "exec"), namespace)
+    return namespace[fn.__name__].__code__
+
+
+@contextmanager
+def blocked(names: list[str]):
+    """Within the block, each named library function raises ``LibraryAnswer`` when called.
+    Python functions get a new ``__code__`` (which also blocks references taken earlier);
+    others (builtins, functions with closures) are replaced on their module or class."""
+    undo = []
+    for dotted in names:
+        owner, attr, value = resolve(dotted)
+        if isinstance(value, types.FunctionType) and not value.__code__.co_freevars:
+            undo.append((value, "__code__", value.__code__))
+            value.__code__ = _blocker_code(value, dotted)
+        else:
+            def stand_in(*args, _name=dotted, **kwargs):
+                return library_called(_name)
+            undo.append((owner, attr, value))
+            setattr(owner, attr, stand_in)
+    try:
+        yield
+    finally:
+        for target, attr, value in reversed(undo):
+            setattr(target, attr, value)
+
+
+# --------------------------------------------------------------------------- serving
+def answer(request: dict, namespace: dict, library: dict[str, list[str]]) -> dict:
+    """Run one requested call; the reply carries the result as plain data, or what went wrong."""
+    reply = {"id": request["id"], "timed_out": False, "library": [], "error": None, "error_type": None,
+             "value": None}
+    fn = namespace.get(request["function"])
+    if not callable(fn):
+        reply["error"] = f"{request['function']!r} is not defined as a function"
+        return reply
+    CALLED.clear()
+    try:
+        args, kwargs = from_plain(request["args"]), from_plain(request["kwargs"])
+        with blocked(library.get(request["question"], [])):
+            result, reply["timed_out"] = call_with_limit(lambda: fn(*args, **kwargs), request["seconds"])
+        if not reply["timed_out"]:
+            reply["value"] = to_plain(result)
+    except Exception as e:
+        reply["error"], reply["error_type"] = f"{type(e).__name__}: {e}", type(e).__name__
+    reply["library"] = sorted(set(CALLED))
+    return reply
+
+
+def run_cells(shell, cells: list[str], limit: float, send) -> None:
+    for index, source in enumerate(cells):
+        result, timed_out = call_with_limit(lambda: shell.run_cell(source, store_history=False), limit)
+        timed_out = timed_out or isinstance(getattr(result, "error_in_exec", None), TimeLimit)
+        error = None if timed_out or result is None or result.success else repr(
+            result.error_in_exec or result.error_before_exec)
+        send(event="cell", index=index, timed_out=timed_out, error=error)
+
+
+def serve(job_path: Path, requests_fd: int, events_fd: int) -> None:
+    job = json.loads(job_path.read_text())
+    requests, events = os.fdopen(requests_fd, "r"), os.fdopen(events_fd, "w")
+
+    def send(**event):
+        events.write(json.dumps(event) + "\n")
+        events.flush()
+
+    signal.signal(signal.SIGALRM, _on_alarm)
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    send(event="started")
+    run_cells(shell, job["cells"], job["limit"], send)
+    namespace = dict(shell.user_ns)  # a snapshot: later calls cannot rename the answers
+    send(event="ready", functions=sorted(k for k, v in namespace.items()
+                                         if callable(v) and not k.startswith("_")))
+    for line in requests:
+        send(event="reply", **answer(json.loads(line), namespace, job["library"]))
+
+
+if __name__ == "__main__":
+    serve(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
