@@ -78,27 +78,32 @@ def submission(student: nbformat.NotebookNode, solved: nbformat.NotebookNode,
 
 
 def library_answer_cells(chapter: str) -> dict[str, str]:
-    """Per question with a drop-in library answer, an answer cell whose functions just call it:
-    generated from ``tools.library_answers``, three lines per function."""
+    """Per question with a library answer, an answer cell whose functions just call it:
+    generated from ``tools.library_answers`` (a drop-in name, or a lambda adapting the library)."""
     cells = {}
     for question, answers in LIBRARY_ANSWERS.get(chapter, {}).items():
         lines = []
         for function, (first, *_) in answers.items():
             if first is None:
                 continue
-            dotted, _, fixed = first.partition("(")
-            module = importable_prefix(dotted)
-            fixed = fixed.rstrip(")")
-            lines += [f"def {function}(*args, **kwargs):",
-                      f"    import {module}",
-                      f"    return {dotted}(*args, **kwargs{', ' + fixed if fixed else ''})"]
+            if first.startswith("lambda"):
+                names = re.findall(r"\b[a-z_]+(?:\.\w+)+", first)  # torch.nn.functional.f, x.shape, ...
+                modules = sorted({importable_prefix(n) for n in names} - {None})
+                call = f"({first})(*args, **kwargs)"
+            else:
+                dotted, _, fixed = first.partition("(")
+                modules, fixed = [importable_prefix(dotted)], fixed.rstrip(")")
+                call = f"{dotted}(*args, **kwargs{', ' + fixed if fixed else ''})"
+            lines += [f"def {function}(*args, **kwargs):", *(f"    import {m}" for m in modules),
+                      f"    return {call}"]
         if lines:
             cells[question] = "\n".join(lines)
     return cells
 
 
-def importable_prefix(dotted: str) -> str:
-    """The longest prefix of ``dotted`` that is a module: ``xfl.attention`` of ``xfl.attention.f``."""
+def importable_prefix(dotted: str) -> str | None:
+    """The longest prefix of ``dotted`` that is a module (``xfl.attention`` of
+    ``xfl.attention.f``), or None (``x.shape``)."""
     parts = dotted.split(".")
     for n in range(len(parts) - 1, 0, -1):
         try:
@@ -106,7 +111,7 @@ def importable_prefix(dotted: str) -> str:
             return ".".join(parts[:n])
         except ImportError:
             continue
-    raise ValueError(f"no module in {dotted!r}")
+    return None
 
 
 def grade(built: Path, chapter: str, notebooks: dict[str, nbformat.NotebookNode], tmp: Path,
@@ -165,7 +170,10 @@ def test_library_answers_name_real_questions(built, tmp_path):
         _, questions = grading.load_autograder(paths(built, chapter)["autograder"], tmp_path / chapter)
         assert set(answers) <= {q.name for q in questions}, (chapter, sorted(answers))
         for name in (n for a in answers.values() for names in a.values() for n in names if n):
-            assert callable(resolve(name.partition("(")[0])[2]), name
+            if name.startswith("lambda"):
+                compile(name, "<library answer>", "eval")
+            else:
+                assert callable(resolve(name.partition("(")[0])[2]), name
 
 
 # --------------------------------------------------------------------------- leaks
@@ -260,6 +268,17 @@ def test_points_in_headings_match_the_tests(built, chapter, tmp_path):
     headings = [m for c in nb.cells if c.cell_type == "markdown"
                 for m in re.findall(r"^## Question (\d+): .*\((\d+) points?\)$", c.source, re.M)]
     assert [(f"q{n}", float(p)) for n, p in headings] == [(q.name, q.points) for q in questions]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_question_says_what_done_means_and_teaches(built, chapter):
+    nb = nbformat.read(paths(built, chapter)["student"], as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    prompts = re.split(r"^## Question \d+: ", text, flags=re.M)[1:]
+    assert len(prompts) >= 4, chapter
+    for prompt in prompts:
+        title = prompt.splitlines()[0]
+        assert "**Done when:**" in prompt and "**What you learn:**" in prompt, f"{chapter}: {title}"
 
 
 def test_book_pages_come_from_the_student_build(built, tmp_path):

@@ -3,8 +3,10 @@
 ``LIBRARY_ANSWERS[chapter][question]`` maps a function the student is asked to write to the
 library functions that compute it. The first one, called with the student's arguments (plus the
 keyword arguments written after it, as in ``f(return_weights=True)``), returns the answer: a
-submission that just calls it would get full marks. ``None`` first means the library has no
-drop-in answer. The others answer it too, in another form (or do its main step). While a question's calls run in the student's process, every one of them raises
+submission that just calls it would get full marks. Where the library answers in another form,
+the first entry is instead a ``lambda`` that adapts it (the tests build the same submission from
+it; a lambda is not blocked itself, the names after it are). ``None`` first means no such
+answer. The others answer it too, in another form (or do its main step). While a question's calls run in the student's process, every one of them raises
 (``tools.student.blocked``), so calling the library scores zero on that question. The tests
 build a "calls the library" submission for every entry and check both halves: full marks with
 the library allowed, zero with it blocked.
@@ -13,6 +15,8 @@ the library allowed, zero with it blocked.
 from __future__ import annotations
 
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
+MHA_FORWARD = ("lambda x, w_in, w_out, h: torch.nn.functional.multi_head_attention_forward(*[x.transpose(0, 1)] * 3, "
+               "x.shape[-1], h, w_in, None, None, None, False, 0.0, w_out, None, need_weights=False)[0].transpose(0, 1)")
 CROSS_ENTROPY = "torch.nn.functional.cross_entropy"
 ATTENTION = ["xfl.attention.scaled_dot_product_attention", "xfl.attention.attention_weights", SDPA,
              "torch.nn.functional.multi_head_attention_forward", "torch.nn.MultiheadAttention.forward",
@@ -24,11 +28,14 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
                              "xfl.attention.attention_weights", SDPA]},
     },
     "ch02_multihead": {
-        "q1": {"split_heads": [None, "xfl.attention.MultiHeadAttention.split_heads"]},
+        "q1": {"split_heads": ["lambda x, h: xfl.attention.MultiHeadAttention(x.shape[-1], h).split_heads(x)",
+                               "xfl.attention.MultiHeadAttention.split_heads", "xfl.attention.MultiHeadAttention.__init__"]},
         "q2": {"merge_heads": ["xfl.attention.MultiHeadAttention.merge_heads"]},
-        "q3": {"multihead_self_attention": [None, *ATTENTION]},
+        "q3": {"multihead_self_attention": [MHA_FORWARD, *ATTENTION]},
         "q4": {"uneven_heads_attention": [None, *ATTENTION]},
-        "q5": {"mha_parameter_count": [None, "torch.nn.MultiheadAttention.__init__",
+        "q5": {"mha_parameter_count": [
+            "lambda M, h, bias=True: sum(p.numel() for p in torch.nn.MultiheadAttention(M, h, bias=bias).parameters())",
+            "torch.nn.MultiheadAttention.__init__",
                                        "xfl.attention.MultiHeadAttention.__init__", "xfl.model.count_parameters"]},
     },
     "ch03_masking": {
@@ -43,9 +50,13 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
         "q3": {"shift_matrix": ["xfl.position.offset_rotation"]},
     },
     "ch05_encoder_decoder": {
-        "q1": {"layer_norm": [None, "torch.nn.functional.layer_norm", "torch.layer_norm",
+        "q1": {"layer_norm": ["lambda x, gamma, beta, eps=1e-5: torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)",
+                              "torch.nn.functional.layer_norm", "torch.layer_norm",
                               "torch.nn.LayerNorm.forward"]},
-        "q4": {"label_smoothed_loss": [None, CROSS_ENTROPY, "torch.nn.CrossEntropyLoss.forward"]},
+        "q4": {"label_smoothed_loss": [
+            "lambda logits, targets, smoothing, pad_id=0: torch.nn.functional.cross_entropy(logits.flatten(0, -2), "
+            "targets.flatten(), ignore_index=pad_id, label_smoothing=smoothing)",
+            CROSS_ENTROPY, "torch.nn.CrossEntropyLoss.forward"]},
     },
     "ch06_bleu": {
         "q1": {"ngram_counts": ["xfl.bleu.ngram_counts"]},
@@ -59,15 +70,21 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
         "q2": {"unpatchify": ["xfl.vit.unpatchify"]},
     },
     "ch08_pixel": {
-        "q3": {"pixel_self_attention": [None, *ATTENTION]},
+        "q3": {"pixel_self_attention": [
+            "lambda x, h: torch.nn.functional.scaled_dot_product_attention(*[x.reshape(x.shape[0], h, x.shape[1] // h, -1)"
+            ".transpose(-2, -1)] * 3).transpose(-2, -1).reshape(x.shape)", *ATTENTION]},
         "q4": {"pixel_attention_map": [None, *ATTENTION]},
     },
     "ch09_gpt": {
-        "q2": {"lm_loss_from_logits": [None, CROSS_ENTROPY, "torch.nn.CrossEntropyLoss.forward"]},
+        "q2": {"lm_loss_from_logits": [
+            "lambda logits, targets, pad_id=0: torch.nn.functional.cross_entropy(logits.flatten(0, -2), targets.flatten(), "
+            "ignore_index=pad_id)", CROSS_ENTROPY, "torch.nn.CrossEntropyLoss.forward"]},
         "q5": {"causal_padding_mask": ["xfl.attention.causal_padding_mask"]},
     },
-    "ch045_subwords": {  # the questions ask for more than xfl.bpe returns: no drop-in answers
-        "q1": {"count_pairs": [None, "xfl.bpe.pairs_of"]},
+    "ch045_subwords": {  # questions 2 to 4 ask for more than xfl.bpe returns
+        "q1": {"count_pairs": [
+            "lambda corpus: dict(sum((collections.Counter({p: c * n for p, c in xfl.bpe.pairs_of(s).items()}) "
+            "for s, n in corpus.items()), collections.Counter()))", "xfl.bpe.pairs_of"]},
         "q2": {"merge_pair": [None, "xfl.bpe.merge_symbols"]},
         "q3": {"apply_merges": [None, "xfl.bpe.BPE.encode_word", "xfl.bpe.merge_symbols"]},
         "q4": {"learn_merges": [None, "xfl.bpe.train_bpe"]},
@@ -78,5 +95,6 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
 
 def blocked_names(chapter: str | None) -> dict[str, list[str]]:
     """``{question: [library functions that raise while its calls run]}`` for one chapter."""
-    return {q: sorted({name.partition("(")[0] for names in answers.values() for name in names if name})
+    return {q: sorted({name.partition("(")[0] for names in answers.values() for name in names
+                       if name and not name.startswith("lambda")})
             for q, answers in LIBRARY_ANSWERS.get(chapter or "", {}).items()}
