@@ -1,4 +1,4 @@
-"""The lecture's decoding scheme, one full decoder pass per target word (chapter 3).
+"""The lecture's decoding scheme, one full decoder pass per target word (chapters 3 and 5).
 
 Teaching references, not something to train with. The decoder of Kak & Bouman's lecture and
 of DLStudio 2.5.8 (``MasterDecoderWithMasking``) hides the future by zeroing target rows and
