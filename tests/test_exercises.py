@@ -307,6 +307,16 @@ while True:  # catches the time limit's interrupt too: only a kill stops it
     except BaseException:
         pass
 '''
+HELD_LIBRARY_REFERENCE = '''
+from torch.nn.functional import scaled_dot_product_attention as sdpa  # taken before grading blocks it
+
+def attention(q, k, v):
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    try:
+        return sdpa(q, k, v), weights  # the library's output with honest weights
+    except Exception:
+        return weights @ v, weights
+'''
 FIXTURES = {  # student: (edits to the ch01 solutions, expected {question: score})
     "correct": ({}, {"q1": 3, "q2": 2, "q3": 3, "q4": 4}),
     "partly_wrong": ({"q1": SLOW_SCALE}, {"q1": 2, "q2": 2, "q3": 3, "q4": 4}),
@@ -314,6 +324,7 @@ FIXTURES = {  # student: (edits to the ch01 solutions, expected {question: score
     "loops": ({"q1": LOOPS}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
     "hangs": ({"q1": IGNORES_INTERRUPTS}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
     "deleted_cell": ({"q3": None}, {"q1": 3, "q2": 2, "q3": 0, "q4": 4}),
+    "held_library_reference": ({"q1": HELD_LIBRARY_REFERENCE}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
 }
 
 # Cells that try to forge a verdict. Each is added to an unfilled notebook (it must earn 0) and to

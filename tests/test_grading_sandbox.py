@@ -99,3 +99,18 @@ def test_answer_reports_a_caught_library_call():
     assert reply["library"] == ["xfl.attention.causal_mask"] and reply["id"] == 1
     reply = student.answer(request, {"sneaky": sneaky}, {})
     assert reply["library"] == [] and torch.equal(from_plain(reply["value"]), torch.ones(3, 3, dtype=torch.bool).tril())
+
+
+def test_calls_through_earlier_references_are_recorded():
+    """Builtins and functions with closures cannot get a new __code__: a reference taken before
+    the block still works, but the call is recorded (and the grader fails the test for it)."""
+    from torch.nn.functional import scaled_dot_product_attention as held_sdpa  # a builtin
+    held_init = torch.nn.MultiheadAttention.__init__  # its super() makes a closure
+    student.CALLED.clear()
+    with student.blocked(["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.__init__"]):
+        held_sdpa(*torch.zeros(3, 1, 2, 4))
+        held_init(torch.nn.MultiheadAttention.__new__(torch.nn.MultiheadAttention), 4, 1)
+    assert student.CALLED == ["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.__init__"]
+    student.CALLED.clear()
+    held_sdpa(*torch.zeros(3, 1, 2, 4))  # outside the block: nothing recorded
+    assert student.CALLED == [] and torch.nn.MultiheadAttention.__init__ is held_init

@@ -15,7 +15,8 @@ nothing the notebook prints, patches or exits with reaches the scores. While a q
 run, the library functions that would answer it raise (``tools.library_answers``), and a call
 that reached one fails its test even if the student's code caught the error.
 
-Time limits. Each code cell, and each question's tests together, get ``--timeout`` seconds. A
+Time limits. Each code cell, and each question's calls together, get ``--timeout`` seconds (the
+tests' own work in the grader's process does not count). A
 step that runs over is interrupted (the cell counts as failed, the question scores 0) and
 grading goes on. Code that ignores the interrupt (it catches every exception, or hangs inside C
 code) is killed ``--grace`` seconds later; the notebook then runs again in a fresh process
@@ -267,16 +268,20 @@ class LibraryUsed(Exception):
 
 class Proxy:
     """Stands in the grader's process for a student's function; calling it runs the real one
-    in the student's process. Only plain data crosses, in both directions."""
+    in the student's process. Only plain data crosses, in both directions. The question's time
+    budget (shared by its proxies) counts only the time spent waiting for the student's process."""
 
-    def __init__(self, student: StudentProcess, question: str, name: str, deadline: float):
-        self.student, self.question, self.__name__, self.deadline = student, question, name, deadline
+    def __init__(self, student: StudentProcess, question: str, name: str, budget: list[float]):
+        self.student, self.question, self.__name__, self.budget = student, question, name, budget
 
     def __call__(self, *args, **kwargs):
-        left = self.deadline - time.monotonic()
-        if left <= 0:
+        if self.budget[0] <= 0:
             raise QuestionTimeLimit(f"no time left for {self.__name__}")
-        return self.student.call(self.question, self.__name__, args, kwargs, left)
+        start = time.monotonic()
+        try:
+            return self.student.call(self.question, self.__name__, args, kwargs, self.budget[0])
+        finally:
+            self.budget[0] -= time.monotonic() - start
 
     def __repr__(self):
         return f"<the student's {self.__name__}>"
@@ -288,8 +293,8 @@ def run_question(question: Question, student: StudentProcess, functions: list[st
     from otter.test_files import ExceptionTestFile
 
     test_file = ExceptionTestFile.from_file(str(question.test_path))
-    deadline = time.monotonic() + limit
-    env = {name: Proxy(student, question.name, name, deadline) for name in functions}
+    budget = [limit]  # seconds of the student's time left to this question's calls
+    env = {name: Proxy(student, question.name, name, budget) for name in functions}
     try:
         test_file.run(env)
     except QuestionTimeLimit:
@@ -411,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("submissions", type=Path, help="folder of submitted notebooks")
     parser.add_argument("-o", "--output", type=Path, default=Path("grades.csv"))
     parser.add_argument("--timeout", type=float, default=60.0,
-                        help="seconds allowed to each code cell and to each question's tests")
+                        help="seconds allowed to each code cell and to each question's calls")
     parser.add_argument("--grace", type=float, default=10.0,
                         help="extra seconds before a step that ignores the time limit is killed")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks graded in parallel")

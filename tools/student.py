@@ -87,23 +87,38 @@ def _blocker_code(fn: types.FunctionType, dotted: str) -> types.CodeType:
 def blocked(names: list[str]):
     """Within the block, each named library function raises ``LibraryAnswer`` when called.
     Python functions get a new ``__code__`` (which also blocks references taken earlier);
-    others (builtins, functions with closures) are replaced on their module or class."""
-    undo = []
+    others (builtins, functions with closures) are replaced on their module or class, and a
+    call through a reference taken earlier is still recorded (by a profiler) as a library call."""
+    undo, watched = [], {}
     for dotted in names:
         owner, attr, value = resolve(dotted)
         if isinstance(value, types.FunctionType) and not value.__code__.co_freevars:
             undo.append((value, "__code__", value.__code__))
             value.__code__ = _blocker_code(value, dotted)
-        else:
-            def stand_in(*args, _name=dotted, **kwargs):
-                return library_called(_name)
-            undo.append((owner, attr, value))
-            setattr(owner, attr, stand_in)
+            continue
+        def stand_in(*args, _name=dotted, **kwargs):
+            return library_called(_name)
+        undo.append((owner, attr, value))
+        setattr(owner, attr, stand_in)
+        watched[id(getattr(value, "__code__", value))] = dotted
+    previous = sys.getprofile()
+    if watched:
+        sys.setprofile(_recorder(watched))
     try:
         yield
     finally:
+        sys.setprofile(previous)
         for target, attr, value in reversed(undo):
             setattr(target, attr, value)
+
+
+def _recorder(watched: dict[int, str]):
+    """A profile function recording calls of the watched builtins and code objects (by id)."""
+    def record(frame, event, arg):
+        key = id(arg) if event == "c_call" else id(frame.f_code) if event == "call" else None
+        if key in watched:
+            CALLED.append(watched[key])
+    return record
 
 
 # --------------------------------------------------------------------------- serving
