@@ -1,15 +1,16 @@
 """The library's answers: for each graded question, the functions that would answer it.
 
-``LIBRARY_ANSWERS[chapter][question]`` maps a function the student is asked to write to the
-library functions that compute it. The first one, called with the student's arguments (plus the
-keyword arguments written after it, as in ``f(return_weights=True)``), returns the answer: a
-submission that just calls it would get full marks. Where the library answers in another form,
-the first entry is instead a ``lambda`` that adapts it (the tests build the same submission from
-it; a lambda is not blocked itself, the names after it are). ``None`` first means no such
-answer. The others answer it too, in another form (or do its main step). While a question's calls run in the student's process, every one of them raises
-(``tools.student.blocked``), so calling the library scores zero on that question. The tests
-build a "calls the library" submission for every entry and check both halves: full marks with
-the library allowed, zero with it blocked.
+``LIBRARY_ANSWERS[chapter][question]`` maps a function the student is asked to write to a list:
+
+- first, how the library answers it: a drop-in name (called with the student's arguments, plus
+  any keyword arguments written after it, as in ``f(return_weights=True)``; it is blocked too),
+  a ``lambda`` that adapts the library to the question's arguments, or ``None`` where there is
+  no such answer;
+- then the other library functions that must not be called while the question's calls run. In
+  the student's process they all raise (``tools.student.blocked``), so calling them scores zero.
+
+The tests build a "calls the library" submission from every first entry and check both halves:
+zero with the library blocked, full marks with it let through (so the entry really answers it).
 """
 
 from __future__ import annotations
@@ -29,14 +30,15 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
     },
     "ch02_multihead": {
         "q1": {"split_heads": ["lambda x, h: xfl.attention.MultiHeadAttention(x.shape[-1], h).split_heads(x)",
-                               "xfl.attention.MultiHeadAttention.split_heads", "xfl.attention.MultiHeadAttention.__init__"]},
+                               "xfl.attention.MultiHeadAttention.split_heads",
+                               "xfl.attention.MultiHeadAttention.__init__"]},
         "q2": {"merge_heads": ["xfl.attention.MultiHeadAttention.merge_heads"]},
         "q3": {"multihead_self_attention": [MHA_FORWARD, *ATTENTION]},
         "q4": {"uneven_heads_attention": [None, *ATTENTION]},
         "q5": {"mha_parameter_count": [
             "lambda M, h, bias=True: sum(p.numel() for p in torch.nn.MultiheadAttention(M, h, bias=bias).parameters())",
-            "torch.nn.MultiheadAttention.__init__",
-                                       "xfl.attention.MultiHeadAttention.__init__", "xfl.model.count_parameters"]},
+            "torch.nn.MultiheadAttention.__init__", "xfl.attention.MultiHeadAttention.__init__",
+            "xfl.model.count_parameters"]},
     },
     "ch03_masking": {
         "q1": {"causal_mask": ["xfl.attention.causal_mask"]},
