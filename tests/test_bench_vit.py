@@ -20,7 +20,7 @@ def test_smoke_run_writes_results(tmp_path):
     for key in ("test_accuracy", "epochs", "train_images_per_s", "wall_seconds", "device", "config"):
         assert key in saved
     assert 0.0 <= saved["test_accuracy"] <= 1.0 and saved["test_size"] == 500
-    assert saved["epochs"] >= 1 and saved["train_images_per_s"] > 0
+    assert saved["epochs"] > 0 and saved["train_images_per_s"] > 0  # a loaded machine may not finish an epoch in 4 s
     assert saved["train_seconds"] >= 4.0 and saved["config"]["max_seconds"] == 4.0
     assert saved["compile_seconds"] > 0  # the first step, timed apart from the budget
     assert saved["device"].startswith("cpu") and saved["smoke"] is True
