@@ -49,7 +49,7 @@ browser-deps:
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
 # Student notebooks, autograder zips, solutions -> _build/exercises/ (fails if a solution misses a point)
-_build/exercises/.stamp: $(STAMP) $(EXERCISES) tools/exercises.py
+_build/exercises/.stamp: $(STAMP) $(EXERCISES) $(wildcard tools/*.py)
 	$(BIN)/python -m tools.exercises build
 	touch $@
 exercises: _build/exercises/.stamp
