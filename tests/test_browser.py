@@ -9,6 +9,7 @@ under `_build/screenshots/` for the README.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from functools import partial
 from http.server import SimpleHTTPRequestHandler
@@ -39,6 +40,10 @@ ALLOWED_PAGE_ERRORS = frozenset({
     # widgets render regardless (checked on a page with a slider and a dropdown).
     "Cannot read properties of undefined (reading 'Queue')",
 })
+# The widget manager asks for its icon fonts relative to the page (<chapter>/@jupyter-widgets/
+# html-manager/dist/<hash>.woff2 ...), where the offline book does not serve them (it serves them
+# from _static). Widgets render without them; only these exact font files may fail.
+WIDGET_ICON_FONT = re.compile(r"/@jupyter-widgets/html-manager/dist/[0-9a-f]{20}\.(woff2|woff|ttf|eot|svg)$")
 ALLOWED_CONSOLE_ERRORS = frozenset({
     # pydata-sphinx-theme on a first visit, before a light/dark mode is stored.
     "Got invalid theme mode: . Resetting to auto.",
@@ -99,15 +104,19 @@ class WatchedPage:
             self.problems.append(f"page error: {error.message!r}")
 
     def _console(self, message):
+        if WIDGET_ICON_FONT.search(message.location.get("url", "")):
+            return
         if message.type == "error" and message.text not in ALLOWED_CONSOLE_ERRORS:
             self.problems.append(f"console error: {message.text!r}")
 
     def _failed(self, request):
+        if WIDGET_ICON_FONT.search(request.url):
+            return
         if urlsplit(request.url).hostname == "127.0.0.1":  # outside ones are reported above
             self.problems.append(f"failed request: {request.url} ({request.failure})")
 
     def _response(self, response):
-        if response.status >= 400:
+        if response.status >= 400 and not WIDGET_ICON_FONT.search(response.url):
             self.problems.append(f"HTTP {response.status}: {response.url}")
 
     def open(self, url: str):

@@ -77,7 +77,7 @@ def installed_versions(env: Path) -> dict[str, str]:
 def install_chapter_requirements(env: Path, requirements: list[str]) -> None:
     """Install what the first cell installs, as on Colab (this checkout's xfl, fresh each time)."""
     _pip(env, "uninstall", "-q", "-y", "xfl")
-    _pip(env, "install", "-q", *requirements)
+    _pip(env, "install", "-q", "--no-cache-dir", *requirements)  # pip caches the wheel by path
 
 
 def main() -> int:
