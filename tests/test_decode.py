@@ -89,3 +89,13 @@ def test_sample_is_reproducible_and_respects_top_k():
     top1 = draw(top_k=1)  # top-1 sampling is greedy
     logits = gpt(top1[:, -8:-1])[:, -1]
     assert torch.equal(top1[:, -1], logits.argmax(-1))
+
+
+@pytest.mark.parametrize("decoder", ["greedy", "beam"])
+def test_banned_tokens_are_never_chosen(decoder):
+    model, src = random_model(seed=2), sources()  # this one repeats a word rather than stop
+    decode = greedy_decode if decoder == "greedy" else lambda *a, **k: beam_search(*a, **k, beam_size=3)
+    free, _ = decode(model, src, max_len=8, sos=SOS, eos=EOS)
+    favourite = max(range(3, 9), key=lambda t: sum(h.count(t) for h in free))
+    banned, _ = decode(model, src, max_len=8, sos=SOS, eos=EOS, banned=(favourite,))
+    assert any(favourite in h for h in free) and not any(favourite in h for h in banned)

@@ -164,3 +164,20 @@ def test_non_causal_gpt_ignores_padding_keys():
 def test_gpt_config_names_a_bad_choice(field, bad):
     with pytest.raises(ValueError, match=bad):
         GPTConfig(vocab_size=5, **{field: bad})
+
+
+def test_shared_embeddings_are_one_table_for_source_target_and_output():
+    cfg = Seq2SeqConfig(src_vocab=20, tgt_vocab=20, d_model=16, num_heads=2, num_encoder_layers=1,
+                        num_decoder_layers=1, share_embeddings=True)
+    model = Seq2SeqTransformer(cfg)
+    separate = Seq2SeqTransformer(Seq2SeqConfig(**{**vars(cfg), "share_embeddings": False}))
+    assert model.src_embed.table.weight is model.tgt_embed.table.weight is model.output.weight
+    assert count_parameters(separate) - count_parameters(model) == 20 * 16
+    src = torch.randint(3, 10, (2, 5))
+    model.encode(src).sum().backward()  # a source-only loss trains the target's embedding rows too
+    assert model.tgt_embed.table.weight.grad[3:10].abs().sum() > 0
+
+
+def test_shared_embeddings_need_one_vocabulary():
+    with pytest.raises(ValueError, match="src_vocab=20 and tgt_vocab=30"):
+        Seq2SeqConfig(src_vocab=20, tgt_vocab=30, share_embeddings=True)

@@ -12,6 +12,8 @@ of each returned sequence (EOS included when it was produced).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import Tensor, nn
 
@@ -48,26 +50,29 @@ def _next_log_probs(model: nn.Module, tgt: Tensor, memory: Tensor, src_keep: Ten
     return log_probs
 
 
-def greedy_decode(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int = 0):
+def greedy_decode(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int = 0,
+                  banned: Sequence[int] = ()):
     """Pick the most likely next token until every row has produced EOS or ``max_len`` tokens.
 
-    src ``(B, S)``. Returns ``(hypotheses, scores)``: B lists of ids, and ``(B,)`` summed
-    log-probabilities of the chosen tokens.
+    src ``(B, S)``. PAD, SOS and the ids in ``banned`` (e.g. ``<unk>``) are never chosen.
+    Returns ``(hypotheses, scores)``: B lists of ids, and ``(B,)`` summed log-probabilities of
+    the chosen tokens.
     """
     _check(src, max_len)
     with eval_mode(model):
-        tgt, scores = _greedy(model, src, max_len, sos, eos, pad)
+        tgt, scores = _greedy(model, src, max_len, sos, eos, pad, (pad, sos, *banned))
     return [_strip(row, eos, pad) for row in tgt[:, 1:].tolist()], scores
 
 
-def _greedy(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int):
+def _greedy(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int,
+            never: tuple[int, ...]):
     """Greedy decoding's tokens ``(B, 1 + t)`` (SOS first) and summed log-probabilities ``(B,)``."""
     memory, keep = model.encode(src), model.source_mask(src)
     tgt = torch.full((src.shape[0], 1), sos, dtype=torch.long, device=src.device)  # (B, 1)
     scores = torch.zeros(src.shape[0], device=src.device)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        log_probs = _next_log_probs(model, tgt, memory, keep, (pad, sos))  # (B, V)
+        log_probs = _next_log_probs(model, tgt, memory, keep, never)  # (B, V)
         best, token = log_probs.max(dim=-1)
         scores += best.masked_fill(done, 0.0)
         token = token.masked_fill(done, pad)  # finished rows only pad
@@ -94,22 +99,24 @@ def _advance_beams(scores: Tensor, log_probs: Tensor, done: Tensor, pad: int, k:
 
 
 def beam_search(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int = 0,
-                beam_size: int = 4, length_penalty: float = 0.0):
+                beam_size: int = 4, length_penalty: float = 0.0, banned: Sequence[int] = ()):
     """Keep the ``beam_size`` best partial translations of every source sentence (batched).
 
     Beams are ranked by summed log-probability; the final choice divides by
-    ``length ** length_penalty`` (0 = no normalisation). Returns ``(hypotheses, scores)``
-    like ``greedy_decode`` (scores are the unnormalised log-probabilities).
+    ``length ** length_penalty`` (0 = no normalisation). PAD, SOS and ``banned`` are never
+    chosen. Returns ``(hypotheses, scores)`` like ``greedy_decode`` (scores are the
+    unnormalised log-probabilities).
     """
     _check(src, max_len)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     with eval_mode(model):
-        tokens, scores = _beams(model, src, max_len, sos, eos, pad, beam_size)
+        tokens, scores = _beams(model, src, max_len, sos, eos, pad, beam_size, (pad, sos, *banned))
     return _best_beams(tokens, scores, eos, pad, beam_size, length_penalty)
 
 
-def _beams(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int, K: int):
+def _beams(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int, K: int,
+           never: tuple[int, ...]):
     """Every beam's tokens ``(B*K, t)`` (SOS dropped) and summed log-probabilities ``(B, K)``."""
     B = src.shape[0]
     memory = model.encode(src).repeat_interleave(K, dim=0)  # (B*K, S, D): encode once
@@ -120,7 +127,7 @@ def _beams(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad:
     done = torch.zeros(B * K, dtype=torch.bool, device=src.device)
     offsets = (torch.arange(B, device=src.device) * K)[:, None]  # (B, 1)
     for _ in range(max_len):
-        log_probs = _next_log_probs(model, tgt, memory, keep, (pad, sos))  # (B*K, V)
+        log_probs = _next_log_probs(model, tgt, memory, keep, never)  # (B*K, V)
         scores, parent, token = _advance_beams(scores, log_probs, done, pad, K)
         rows = (parent + offsets).flatten()  # (B*K,)
         tgt = torch.cat([tgt[rows], token.reshape(-1, 1)], dim=1)

@@ -98,12 +98,20 @@ class BlockSizes:
 # -------------------------------------------------------------------- encoder-decoder
 @dataclass
 class Seq2SeqConfig(BlockSizes):
-    """Sizes of a ``Seq2SeqTransformer``: the vocabularies and stack depths, then ``BlockSizes``."""
+    """Sizes of a ``Seq2SeqTransformer``: the vocabularies and stack depths, then ``BlockSizes``.
+    ``share_embeddings`` gives source and target one embedding table (a joint vocabulary, as in
+    Vaswani et al., 2017); with ``tie_output`` the output projection shares it too."""
 
     src_vocab: int
     tgt_vocab: int
     num_encoder_layers: int = 3
     num_decoder_layers: int = 3
+    share_embeddings: bool = False
+
+    def __post_init__(self):
+        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
+            raise ValueError(f"share_embeddings needs one joint vocabulary, got src_vocab="
+                             f"{self.src_vocab} and tgt_vocab={self.tgt_vocab}")
 
 
 class Seq2SeqTransformer(nn.Module):
@@ -119,6 +127,8 @@ class Seq2SeqTransformer(nn.Module):
         _init_linear_weights(self)
         self.src_embed = TokenEmbedding(c.src_vocab, c.d_model, c.max_len, c.dropout, c.pad_id)
         self.tgt_embed = TokenEmbedding(c.tgt_vocab, c.d_model, c.max_len, c.dropout, c.pad_id)
+        if c.share_embeddings:
+            self.src_embed.table = self.tgt_embed.table
         self.output = output_projection(self.tgt_embed, c.tgt_vocab, c.tie_output)
 
     def source_mask(self, src: Tensor) -> Tensor:
