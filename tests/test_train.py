@@ -16,7 +16,7 @@ import torch
 
 from toy_tasks import PAD, SOS, EOS, copy_model, copy_pairs, epoch_batches, striped_task, tiny_vit
 from xfl import train as T
-from xfl.checkpoint import load_checkpoint
+from xfl.checkpoint import LastWeights, load_checkpoint
 from xfl.decode import greedy_decode
 from xfl.train import TrainConfig, inverse_sqrt_factor, seq2seq_loss, train
 
@@ -295,3 +295,19 @@ def test_evaluate_runs_in_eval_mode_outside_the_clock():
     assert [e["step"] for e in state.evals] == [2, 4, 6] and [e["n"] for e in state.evals] == [1, 2, 3]
     assert seen == [False] * 3  # eval mode inside the callback ...
     assert [h["step"] for h in state.history] == [3, 6]
+
+
+def test_last_weights_average_the_last_copies_only():
+    model = torch.nn.Linear(3, 2)
+    keeper = LastWeights(keep=2)
+    for value in (1.0, 2.0, 4.0):
+        with torch.no_grad():
+            model.weight.fill_(value)
+        keeper(model)
+    averaged = keeper.average()
+    assert torch.equal(averaged["weight"], torch.full((2, 3), 3.0))  # (2 + 4) / 2: the first dropped
+    model.load_state_dict(averaged)
+    with pytest.raises(ValueError, match="keep must be a positive int, got 0"):
+        LastWeights(keep=0)
+    with pytest.raises(ValueError, match="no weights kept"):
+        LastWeights(keep=3).average()

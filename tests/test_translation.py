@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from xfl.data.text import EOS, PAD, SOS, detokenize, normalize, split_by_english, tokenize
-from xfl.decode import sequence_log_prob
+from xfl.data.text import EOS, PAD, SOS, UNK, clean, detokenize, normalize, split_by_english, tokenize
+from xfl.decode import greedy_decode, sequence_log_prob
 from xfl.model import Seq2SeqTransformer
-from xfl.translation import (epoch_batches, heldout_bleu, prepare_task, reference_streams,
-                             translate)
+from xfl.translation import (choose_decoding, epoch_batches, heldout_bleu, prepare_task,
+                             reference_streams, translate)
 
 WORDS = ["cat", "dog", "red", "big", "sees", "the", "a", "runs"]
 SPANISH = {"cat": "gato", "dog": "perro", "red": "rojo", "big": "grande", "sees": "ve",
@@ -84,3 +84,57 @@ def test_translations_carry_the_models_log_probability_and_the_penalty_reranks()
         rank = lambda t: t.log_prob / (len(t.ids) + 1) ** penalty  # noqa: E731
         for chosen, unpenalised in zip(translate(model, task, english, 3, penalty), plain):
             assert rank(chosen) >= rank(unpenalised) - 1e-5  # the best beam under this penalty
+
+
+def tiny_model(task, seed=0):
+    torch.manual_seed(seed)
+    return Seq2SeqTransformer(task.model_config(d_model=16, num_heads=2, num_encoder_layers=1,
+                                                num_decoder_layers=1, dropout=0.0)).eval()
+
+
+@pytest.mark.parametrize("subwords", [None, 40])
+def test_validation_test_and_training_english_never_overlap(subwords):
+    task = prepare_task(made_up_pairs(600), test_fraction=0.1, valid_fraction=0.1, min_freq=1,
+                        subwords=subwords)
+    train_english = {tuple(s) for s, _ in task.train}
+    valid, test = ({normalize(en) for en, _ in part} for part in (task.valid, task.test))
+    assert valid and test and not valid & test
+    for part in (task.valid, task.test):
+        assert not train_english & {tuple(task.source_ids(en)) for en, _ in part}
+
+
+def test_subwords_give_one_joint_vocabulary_shared_by_the_embeddings_and_invert_exactly():
+    pairs = made_up_pairs() + [("Tom has 42 cats.", "Tom tiene 42 gatos.")] * 3
+    task = prepare_task(pairs, test_fraction=0.2, min_freq=1, subwords=40)
+    assert task.joint and len(task.src_vocab) == len(task.tgt_vocab)
+    model = tiny_model(task)
+    assert model.src_embed.table.weight is model.tgt_embed.table.weight is model.output.weight
+    for text in ("Tom tiene 42 gatos.", "el  gato\u00adrojo corre.", "Tom ve 42 perros."):
+        assert task.target_text(task.source_ids(text)) == clean(text)  # case, digits, accents kept
+    assert task.target_text(task.source_ids("¿Qué?")) == "<unk><unk>u<unk><unk>"  # ¿ Q é ? unseen
+    assert task.max_len == max(len(ids) - 2 for pair in task.train for ids in pair)  # in subwords
+
+
+def test_translate_never_writes_unk_even_when_the_model_prefers_it():
+    task = prepare_task(made_up_pairs(), test_fraction=0.2, min_freq=1)
+    model = tiny_model(task)
+    model.output.register_forward_hook(lambda m, i, logits: logits.index_add(
+        -1, torch.tensor([UNK]), torch.full((*logits.shape[:-1], 1), 50.0)))
+    src = torch.tensor([task.source_ids("the cat runs.")])
+    free, _ = greedy_decode(model, src, max_len=5, sos=SOS, eos=EOS, pad=PAD)
+    assert free[0] == [UNK] * 5  # unconstrained, the model writes only <unk>
+    for k in (1, 3):
+        assert all(UNK not in t.ids for t in translate(model, task, ["the cat runs.", "a dog."], beam_size=k))
+
+
+def test_choose_decoding_scores_every_setting_on_the_validation_split():
+    task = prepare_task(made_up_pairs(600), test_fraction=0.1, valid_fraction=0.1, min_freq=1)
+    choice = choose_decoding(tiny_model(task), task, beam_sizes=(1, 2), length_penalties=(0.0, 1.0))
+    settings = [(row["beam_size"], row["length_penalty"]) for row in choice["table"]]
+    assert settings == [(1, 0.0), (2, 0.0), (2, 1.0)] and choice["chosen_on"] == "valid"
+    best = max(choice["table"], key=lambda row: row["valid_bleu"])
+    assert (choice["beam_size"], choice["length_penalty"]) == (best["beam_size"], best["length_penalty"])
+    assert heldout_bleu(tiny_model(task), task, beam_size=2, length_penalty=1.0, split="valid")["bleu"] == \
+        pytest.approx(choice["table"][2]["valid_bleu"])
+    with pytest.raises(ValueError, match="'train'"):
+        heldout_bleu(tiny_model(task), task, split="train")

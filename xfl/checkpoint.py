@@ -77,3 +77,31 @@ def load_checkpoint(path: str, model, optimizer=None, scaler=None, map_location=
     if scaler is not None:
         scaler.load_state_dict(payload["scaler"])
     return payload["state"]
+
+
+# ------------------------------------------------------------------- averaging
+class LastWeights:
+    """Keeps copies of the last ``keep`` weights it is shown; ``average()`` is their mean.
+
+    Pass it as ``evaluate`` to ``xfl.train.train`` (with ``eval_every``) to average the last
+    checkpoints of a run, as Vaswani et al. (2017) did (the last 5 checkpoints of their base
+    model). Floating-point tensors are averaged; others (counters) are taken from the last copy.
+    """
+
+    def __init__(self, keep: int):
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be a positive int, got {keep!r}")
+        self.keep, self.saved = keep, []
+
+    def __call__(self, model) -> dict:
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in unwrap(model).state_dict().items()}
+        self.saved = (self.saved + [weights])[-self.keep:]
+        return {"weights_kept": len(self.saved)}
+
+    def average(self) -> dict:
+        """The mean of the kept weights, a ``state_dict`` for ``model.load_state_dict``."""
+        if not self.saved:
+            raise ValueError("no weights kept yet: call this object with a model first")
+        last = self.saved[-1]
+        return {k: torch.stack([w[k].float() for w in self.saved]).mean(0).to(v.dtype)
+                if v.is_floating_point() else v for k, v in last.items()}

@@ -1,62 +1,131 @@
 """English -> Spanish translation on Tatoeba, end to end (chapters 5-6 and bench/translate.py).
 
-``prepare_task`` turns sentence pairs into vocabularies, encoded training pairs and held-out
-test sentences with all their reference translations; ``epoch_batches`` feeds
-``xfl.train.train``; ``translate`` decodes autoregressively (greedy or beam search, with a length
-penalty) and returns each translation with its log-probability; ``sacrebleu_score`` and
-``heldout_bleu`` score with sacreBLEU against every reference (case-insensitive, since
-``xfl.data.text`` lower-cases).
-Sentence pairs from www.manythings.org/anki and tatoeba.org (CC-BY 2.0 FR).
-"""
+``prepare_task`` splits sentence pairs into training, validation and test sentences and
+tokenizes them: lower-cased words (one vocabulary per language) or joint byte-pair subwords
+(one vocabulary, shared embeddings); ``epoch_batches`` feeds ``xfl.train.train``;
+``translate`` decodes autoregressively (greedy or beam search, with a length penalty, never
+writing ``<unk>``) and returns each translation with its log-probability; ``sacrebleu_score``
+and ``heldout_bleu`` score with sacreBLEU against every reference (case-insensitive, since the
+word pipeline lower-cases); ``choose_decoding`` picks beam size and length penalty on the
+validation split.
+Sentence pairs from www.manythings.org/anki and tatoeba.org (CC-BY 2.0 FR)."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 from torch import nn
 
 from .batches import epoch_rng, shuffled
-from .data.text import (EOS, PAD, SOS, Vocab, detokenize, encode_pairs, filter_by_length,
+from .bpe import BPE, train_bpe
+from .data.text import (EOS, PAD, SOS, SPECIALS, UNK, Vocab, clean, detokenize, encode_pairs, filter_by_length,
                         group_references, pad_batch, split_by_english, tokenize)
 from .decode import beam_search, greedy_decode
 from .model import Seq2SeqConfig
 
 
+class Words:
+    """Word tokens, lower-cased (``xfl.data.text.tokenize``); ``text`` joins them back."""
+
+    def tokens(self, text: str) -> list[str]:
+        return tokenize(text)
+
+    def text(self, tokens: Sequence[str]) -> str:
+        return detokenize(tokens)
+
+
+@dataclass
+class Subwords:
+    """Byte-pair tokens of the cleaned text, case kept (``xfl.bpe``); ``text`` inverts them exactly."""
+
+    bpe: BPE
+
+    def tokens(self, text: str) -> list[str]:
+        return self.bpe.encode(clean(text))
+
+    def text(self, tokens: Sequence[str]) -> str:
+        return self.bpe.decode(tokens)
+
+
 @dataclass
 class TranslationTask:
-    """Everything a translation run needs besides the model."""
+    """Everything a translation run needs besides the model. ``valid`` and ``test`` hold
+    ``(english, [spanish references])`` of English sentences never seen in training: every
+    choice is made on ``valid``, ``test`` is scored once, at the end."""
 
     src_vocab: Vocab
-    tgt_vocab: Vocab
+    tgt_vocab: Vocab  # the very same object as src_vocab for a joint vocabulary
     train: list  # [(src ids, tgt ids)], both SOS ... EOS
-    test: list  # [(english, [spanish references])], English sentences never seen in training
-    max_len: int  # longest sentence kept, in word tokens
+    valid: list
+    test: list
+    max_len: int  # longest training sentence, in tokens
+    tokenizer: Words | Subwords = field(default_factory=Words)
+
+    @property
+    def joint(self) -> bool:
+        """One vocabulary for both languages (subwords), so embeddings can be shared."""
+        return self.src_vocab is self.tgt_vocab
+
+    def source_ids(self, english: str) -> list[int]:
+        """SOS, the first ``max_len`` tokens of ``english`` (``<unk>`` if it has none), EOS."""
+        return self.src_vocab.encode(self.tokenizer.tokens(english)[: self.max_len] or ["<unk>"])
+
+    def target_text(self, ids: Sequence[int]) -> str:
+        """Target ids (up to EOS) -> Spanish text."""
+        return self.tokenizer.text(self.tgt_vocab.decode(ids))
 
     def model_config(self, **sizes) -> Seq2SeqConfig:
-        """A ``Seq2SeqConfig`` with this task's vocabulary sizes and room for SOS/EOS."""
+        """A ``Seq2SeqConfig`` with this task's vocabulary sizes and room for SOS/EOS; a joint
+        vocabulary shares its embedding table between the languages (``share_embeddings``)."""
         sizes.setdefault("max_len", self.max_len + 2)
+        sizes.setdefault("share_embeddings", self.joint)
         return Seq2SeqConfig(src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab),
                              pad_id=PAD, **sizes)
 
 
+def heldout_groups(pairs: Sequence[tuple[str, str]], max_len: int) -> list[tuple[str, list[str]]]:
+    """``(english, [every reference])`` for English sentences of 1..max_len words (references
+    kept whatever their length)."""
+    return [(en, refs) for en, refs in group_references(pairs) if 1 <= len(tokenize(en)) <= max_len]
+
+
 def prepare_task(pairs: Sequence[tuple[str, str]], max_len: int = 30, test_fraction: float = 0.02,
-                 min_freq: int = 2, seed: int = 0, train_limit: int | None = None) -> TranslationTask:
-    """Split by English sentence (seeded), keep training pairs of at most ``max_len`` tokens
-    and test sentences whose English fits (with every reference, however long), build
-    vocabularies from the training side only, encode. ``train_limit`` keeps a seeded random
-    subset of training pairs."""
+                 valid_fraction: float = 0.02, min_freq: int = 2, seed: int = 0,
+                 train_limit: int | None = None, subwords: int | None = None) -> TranslationTask:
+    """Split by English sentence (seeded) into train, validation and test; keep training pairs of
+    at most ``max_len`` words and held-out sentences whose English fits. Tokens: lower-cased
+    words with one vocabulary per language (``min_freq``), or, with ``subwords=n``, ``n``
+    byte-pair merges learned on both languages' training side: one joint vocabulary.
+    ``train_limit`` keeps a seeded random subset of training pairs. Nothing is learned from
+    held-out sentences."""
     split = split_by_english(pairs, test_fraction=test_fraction, seed=seed)
-    train_pairs = filter_by_length(split.train, max_len)
-    test = [(en, refs) for en, refs in group_references(split.test) if 1 <= len(tokenize(en)) <= max_len]
+    rest = split_by_english(split.train, test_fraction=valid_fraction / (1 - test_fraction), seed=seed + 1)
+    train_pairs = filter_by_length(rest.train, max_len)
     if train_limit is not None and train_limit < len(train_pairs):
         train_pairs = random.Random(seed).sample(train_pairs, train_limit)
+    held_out = heldout_groups(rest.test, max_len), heldout_groups(split.test, max_len)
+    if subwords is None:
+        return _word_task(train_pairs, held_out, max_len, min_freq)
+    return _subword_task(train_pairs, held_out, subwords)
+
+
+def _word_task(train_pairs, held_out, max_len: int, min_freq: int) -> TranslationTask:
     src_vocab = Vocab.build((tokenize(en) for en, _ in train_pairs), min_freq=min_freq)
     tgt_vocab = Vocab.build((tokenize(es) for _, es in train_pairs), min_freq=min_freq)
     return TranslationTask(src_vocab, tgt_vocab, encode_pairs(train_pairs, src_vocab, tgt_vocab),
-                           test, max_len)
+                           *held_out, max_len)
+
+
+def _subword_task(train_pairs, held_out, num_merges: int) -> TranslationTask:
+    tokenizer = Subwords(train_bpe((clean(s) for pair in train_pairs for s in pair), num_merges))
+    tokens = [(tokenizer.tokens(en), tokenizer.tokens(es)) for en, es in train_pairs]
+    vocab = Vocab([*SPECIALS, *tokenizer.bpe.vocab])  # every symbol a seen word can encode to
+    train = [(vocab.encode(en), vocab.encode(es)) for en, es in tokens]
+    longest = max(len(sentence) for pair in tokens for sentence in pair)
+    return TranslationTask(vocab, vocab, train, *held_out, longest, tokenizer)
 
 
 def epoch_batches(encoded: Sequence, batch_size: int, epoch: int, seed: int = 0, pool: int = 50):
@@ -90,20 +159,19 @@ class Translation:
 def translate(model: nn.Module, task: TranslationTask, sentences: Sequence[str], beam_size: int = 1,
               length_penalty: float = 0.0, batch_size: int = 128, extra_len: int = 10) -> list[Translation]:
     """English sentences -> Spanish ``Translation``s, decoded autoregressively: greedy for
-    ``beam_size=1``, else beam search ranking finished beams by log P / length**length_penalty."""
+    ``beam_size=1``, else beam search ranking finished beams by log P / length**length_penalty.
+    ``<unk>`` is never written (nor PAD or SOS)."""
     device = next(model.parameters()).device
     out = []
     for start in range(0, len(sentences), batch_size):
-        chunk = [task.src_vocab.encode(tokenize(s)[: task.max_len] or ["<unk>"])
-                 for s in sentences[start:start + batch_size]]
-        src, _ = pad_batch(chunk, device=device)
+        src, _ = pad_batch([task.source_ids(s) for s in sentences[start:start + batch_size]], device=device)
         max_len = min(src.shape[1] + extra_len, model.config.max_len - 1)
         if beam_size == 1:
-            hyps, scores = greedy_decode(model, src, max_len, SOS, EOS, PAD)
+            hyps, scores = greedy_decode(model, src, max_len, SOS, EOS, PAD, banned=(UNK,))
         else:
-            hyps, scores = beam_search(model, src, max_len, SOS, EOS, PAD, beam_size, length_penalty)
-        out += [Translation(detokenize(task.tgt_vocab.decode(h)), h, score)
-                for h, score in zip(hyps, scores.tolist())]
+            hyps, scores = beam_search(model, src, max_len, SOS, EOS, PAD, beam_size, length_penalty,
+                                       banned=(UNK,))
+        out += [Translation(task.target_text(h), h, score) for h, score in zip(hyps, scores.tolist())]
     return out
 
 
@@ -124,17 +192,35 @@ def sacrebleu_score(hypotheses: Sequence[str], groups: Sequence[tuple[str, Seque
 
 
 def heldout_bleu(model: nn.Module, task: TranslationTask, beam_size: int = 4, limit: int | None = None,
-                 batch_size: int = 128, length_penalty: float = 0.0) -> dict:
-    """Multi-reference sacreBLEU of the model on the held-out English sentences.
+                 batch_size: int = 128, length_penalty: float = 0.0, split: str = "test") -> dict:
+    """Multi-reference sacreBLEU of the model on the held-out English sentences of ``split``
+    (``"valid"`` to make a choice, ``"test"`` once, at the end).
 
     Hypotheses are detokenized; references are the raw Tatoeba translations; the comparison
-    ignores case (``lowercase=True``) because the pipeline lower-cases. Returns the score,
-    its signature and a few example translations.
+    ignores case (``lowercase=True``: the word pipeline lower-cases). Returns the score, its
+    signature, the split, and a few example translations.
     """
-    groups = task.test[:limit]
+    if split not in ("valid", "test"):
+        raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
+    groups = getattr(task, split)[:limit]
     hypotheses = [t.text for t in translate(model, task, [en for en, _ in groups], beam_size,
                                             length_penalty, batch_size)]
     bleu, signature = sacrebleu_score(hypotheses, groups)
     examples = [{"english": en, "xfl": hyp, "references": refs}
                 for (en, refs), hyp in list(zip(groups, hypotheses))[:5]]
-    return {"bleu": bleu, "signature": signature, "sentences": len(groups), "examples": examples}
+    return {"bleu": bleu, "signature": signature, "split": split, "sentences": len(groups),
+            "examples": examples}
+
+
+def choose_decoding(model: nn.Module, task: TranslationTask, beam_sizes: Sequence[int] = (1, 4),
+                    length_penalties: Sequence[float] = (0.0, 0.6, 1.0), limit: int | None = None) -> dict:
+    """Score every (beam size, length penalty) on the validation split; return the table and
+    the best settings (``beam_size``, ``length_penalty``). Greedy has no penalty to choose."""
+    table = []
+    for k in beam_sizes:
+        for penalty in (length_penalties if k > 1 else (0.0,)):
+            score = heldout_bleu(model, task, beam_size=k, length_penalty=penalty, limit=limit, split="valid")
+            table.append({"beam_size": k, "length_penalty": penalty, "valid_bleu": score["bleu"]})
+    best = max(table, key=lambda row: row["valid_bleu"])
+    return {"table": table, "beam_size": best["beam_size"], "length_penalty": best["length_penalty"],
+            "chosen_on": "valid"}

@@ -47,15 +47,21 @@ _NO_SPACE_AFTER = {"¿", "¡", "(", "«", "$"}
 
 
 # ------------------------------------------------------------------ normalize
-def normalize(text: str) -> str:
-    """NFC, lower case, invisible format characters removed, whitespace collapsed.
-
-    ``str.lower`` (not ``casefold``) keeps ß and every accent: ``"¿ÉL?" -> "¿él?"``."""
+def clean(text: str) -> str:
+    """NFC, invisible format characters removed, whitespace collapsed; case kept."""
     if not isinstance(text, str):
         raise ValueError(f"text must be a str, got {type(text).__name__}")
-    text = unicodedata.normalize("NFC", text.lower())
+    text = unicodedata.normalize("NFC", text)
     text = _INVISIBLE.sub("", text.replace("\u200b", " "))
     return " ".join(text.split())
+
+
+def normalize(text: str) -> str:
+    """``clean`` and lower case: ``str.lower`` (not ``casefold``) keeps ß and every accent,
+    ``"¿ÉL?" -> "¿él?"``."""
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    return clean(text.lower())
 
 
 def tokenize(text: str) -> list[str]:
