@@ -1,12 +1,15 @@
 """The lecture's decoding scheme, one full decoder pass per target word (chapters 3 and 5).
 
-Teaching references, not something to train with. The decoder of Kak & Bouman's lecture and
-of DLStudio 2.5.8 (``MasterDecoderWithMasking``) hides the future by zeroing target rows and
-running the whole stack once per target position t, so a length-L target costs L passes:
+Teaching references, not something to train with. The decoder of Kak & Bouman's lecture (its
+printed ``MasterDecoderWithMasking``, lines 811-837 of the lecture's text) and of DLStudio 2.5.8
+(``Transformers.py``, lines 817-850) hides the future by zeroing target rows and running the
+whole stack once per target position t = 1 .. L-1, so a length-L target costs L - 1 passes:
 
 - ``lecture_decode`` reproduces that scheme: for t = 1 .. L-1 it zeroes rows t.. of the input,
-  zeroes them again at every block's input (DLStudio 2.5.8's ``BasicDecoderWithMasking``),
-  runs the blocks without an attention mask and reads word t's prediction from row t.
+  zeroes them again at every block's input (DLStudio 2.5.8's ``BasicDecoderWithMasking``,
+  lines 777-780; the lecture's printed block keeps the first t embedding *columns* instead,
+  lines 753-755), runs the blocks without an attention mask and reads word t's prediction from
+  row t.
 - ``n_pass_decode`` keeps the N passes but predicts from row t with rows 0..t visible (the
   shifted-target convention of this book); with ``hide_future_keys`` each pass also uses the
   causal mask, and then it equals one causal pass (tested in ``tests/test_lecture.py``).
@@ -47,6 +50,9 @@ def n_pass_decode(stack: nn.Module, x: Tensor, memory: Tensor | None = None,
 
 def lecture_decode(stack: nn.Module, x: Tensor, memory: Tensor | None = None) -> Tensor:
     """The lecture's scheme on ``x`` ``(B, L, D)``: pass t zeroes rows >= t at every block's input.
+
+    The block-level zeroing of rows is DLStudio 2.5.8's; the lecture's printed block masks
+    embedding columns instead (see the module docstring).
 
     ``stack`` is an ``xfl.blocks.TransformerStack`` (its blocks are run one by one, unmasked).
     Returns ``(B, L - 1, D)``: row t - 1 is pass t's output row t, from which word t is predicted.
