@@ -1,4 +1,5 @@
-"""xfl.decode: greedy == beam(1), beam == exhaustive search, scores == one teacher-forced pass."""
+"""xfl.decode: greedy == beam(1), beam == exhaustive search, scores == one teacher-forced pass
+(with and without the key-value cache; tests/test_kv_cache.py compares the two paths)."""
 
 import itertools
 
@@ -12,10 +13,11 @@ PAD, SOS, EOS = 0, 1, 2
 
 
 
-def random_model(vocab=9, seed=0):
+def random_model(vocab=9, seed=0, norm_first=True):
     torch.manual_seed(seed)
     cfg = Seq2SeqConfig(src_vocab=vocab, tgt_vocab=vocab, d_model=16, num_heads=2,
-                        num_encoder_layers=1, num_decoder_layers=2, dropout=0.0, max_len=16)
+                        num_encoder_layers=1, num_decoder_layers=2, dropout=0.0, max_len=16,
+                        norm_first=norm_first)
     model = Seq2SeqTransformer(cfg).double()
     with torch.no_grad():  # sharpen the output so EOS and repeats both happen
         model.output.weight.mul_(4)
@@ -37,14 +39,16 @@ def test_greedy_equals_beam_of_one():
     torch.testing.assert_close(g_score, b_score)
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
 @pytest.mark.parametrize("decoder", ["greedy", "beam"])
-def test_scores_equal_one_teacher_forced_pass(decoder):
+def test_scores_equal_one_teacher_forced_pass(decoder, use_cache):
     """The incremental log-probabilities add up to the causal model's score of the output."""
     model, src = random_model(), sources()
     if decoder == "greedy":
-        hyps, scores = greedy_decode(model, src, max_len=8, sos=SOS, eos=EOS)
+        hyps, scores = greedy_decode(model, src, max_len=8, sos=SOS, eos=EOS, use_cache=use_cache)
     else:
-        hyps, scores = beam_search(model, src, max_len=8, sos=SOS, eos=EOS, beam_size=3)
+        hyps, scores = beam_search(model, src, max_len=8, sos=SOS, eos=EOS, beam_size=3,
+                                   use_cache=use_cache)
     for b, hyp in enumerate(hyps):
         ended = len(hyp) < 8  # stopped by EOS, not by max_len
         one_pass = sequence_log_prob(model, src[b:b + 1, : int((src[b] != PAD).sum())], hyp,
@@ -63,11 +67,13 @@ def exhaustive_best(model, src, max_len, words):
     return best
 
 
-def test_wide_beam_finds_the_exact_best_sequence():
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_wide_beam_finds_the_exact_best_sequence(use_cache):
     model, src = random_model(vocab=5, seed=3), sources(B=1, S=4, vocab=5, seed=4)
     max_len, words = 3, [3, 4]
     # 27 beams keep every prefix alive (3 possible tokens per step, 3 steps): exhaustive
-    hyps, scores = beam_search(model, src, max_len=max_len, sos=SOS, eos=EOS, beam_size=27)
+    hyps, scores = beam_search(model, src, max_len=max_len, sos=SOS, eos=EOS, beam_size=27,
+                               use_cache=use_cache)
     best_score, best_seq = exhaustive_best(model, src, max_len, words)
     assert float(scores[0]) == pytest.approx(best_score, abs=1e-9)
     assert hyps[0] == best_seq

@@ -9,6 +9,7 @@ convention: ``True`` means "this query may attend to this key".
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -47,6 +48,19 @@ def causal_padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """``(B, L)`` tokens -> ``(B, 1, L, L)``: query i sees keys j <= i that are not padding."""
     causal = causal_mask(tokens.shape[-1], device=tokens.device)  # (L, L)
     return causal & key_mask(tokens != pad_id)  # (B, 1, L, L)
+
+
+def newest_queries_mask(keep: Tensor, num_queries: int) -> Tensor:
+    """The causal padding mask of the last ``num_queries`` of t positions (incremental decoding).
+
+    ``keep (B, t)`` is True for real tokens. Returns ``(B, 1, num_queries, t)``: the query at
+    position p sees the real keys j <= p; with ``num_queries == t``, ``causal_padding_mask``.
+    """
+    t = keep.shape[-1]
+    if not 1 <= num_queries <= t:
+        raise ValueError(f"num_queries must lie in [1, {t}], got {num_queries}")
+    causal = torch.ones(num_queries, t, dtype=torch.bool, device=keep.device).tril(t - num_queries)
+    return causal & key_mask(keep)  # (B, 1, num_queries, t)
 
 
 def check_mask(mask: Tensor, target_shape: Sequence[int], what: str = "mask") -> None:
@@ -114,6 +128,37 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     return out * has_key
 
 
+# ------------------------------------------------------------------ key-value cache
+@dataclass
+class KVCache:
+    """Keys and values ``(B, heads, t, d_head)`` of the t positions one attention layer has seen.
+
+    Incremental decoding (chapter 6, ``xfl.decode``) appends the newest positions' keys and
+    values at each step instead of recomputing every earlier position's.
+    """
+
+    keys: Tensor | None = None
+    values: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add ``k, v (B, heads, L, d_head)`` after the cached positions; return all the keys
+        and values, ``(B, heads, t + L, d_head)``."""
+        if self.keys is not None and k.shape[:2] != self.keys.shape[:2]:
+            raise ValueError(f"new keys {tuple(k.shape)} need the cached (B, heads) = "
+                             f"{tuple(self.keys.shape[:2])}")
+        self.keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
+        self.values = v if self.values is None else torch.cat([self.values, v], dim=2)
+        return self.keys, self.values
+
+    def reorder(self, rows: Tensor) -> None:
+        """Row i becomes the old row ``rows[i]`` (beam search's parent beams): ``rows (B',)`` long."""
+        if self.keys is not None:
+            self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
+
+
 # ------------------------------------------------------------- multi-head attention
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with batched heads and an output projection (chapter 2).
@@ -152,9 +197,12 @@ class MultiHeadAttention(nn.Module):
             return self.in_proj(query).chunk(3, dim=-1)
         key = query if key is None else key
         value = key if value is None else value
-        weights = self.in_proj.weight.chunk(3, dim=0)
-        biases = self.in_proj.bias.chunk(3) if self.in_proj.bias is not None else (None,) * 3
-        return tuple(F.linear(x, w, b) for x, w, b in zip((query, key, value), weights, biases))
+        return tuple(self.project_one(x, i) for i, x in enumerate((query, key, value)))
+
+    def project_one(self, x: Tensor, which: int) -> Tensor:
+        """``x (B, L, D)`` through W_Q (``which=0``), W_K (1) or W_V (2): ``(B, L, D)``."""
+        bias = self.in_proj.bias.chunk(3)[which] if self.in_proj.bias is not None else None
+        return F.linear(x, self.in_proj.weight.chunk(3, dim=0)[which], bias)
 
     def _check_inputs(self, query, key, value):
         for name, x in (("query", query), ("key", key), ("value", value)):
@@ -170,6 +218,12 @@ class MultiHeadAttention(nn.Module):
                 mask: Tensor | None = None, need_weights: bool = False):
         self._check_inputs(query, key, value)
         q, k, v = (self.split_heads(x) for x in self.project(query, key, value))  # (B, h, L, d_h)
+        return self.attend(q, k, v, mask, need_weights)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+               need_weights: bool = False):
+        """Heads ``q (B, h, Lq, d_h)``, ``k, v (B, h, Lk, d_h)`` -> output ``(B, Lq, D)``
+        (and the weights ``(B, h, Lq, Lk)`` when ``need_weights``)."""
         if mask is not None:
             check_mask(mask, (q.shape[0], self.num_heads, q.shape[2], k.shape[2]))
         p = self.dropout if self.training else 0.0
@@ -177,6 +231,26 @@ class MultiHeadAttention(nn.Module):
         out, weights = result if need_weights else (result, None)
         out = self.out_proj(self.merge_heads(out))  # (B, Lq, D)
         return (out, weights) if need_weights else out
+
+    def forward_step(self, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
+        """Self-attention of the newest positions ``query (B, L, D)`` over the cached ones and
+        themselves; their keys and values are appended to ``cache``. ``mask`` broadcasts to
+        ``(B, heads, L, t + L)``. Returns ``(B, L, D)``."""
+        self._check_inputs(query, None, None)
+        q, k, v = (self.split_heads(x) for x in self.in_proj(query).chunk(3, dim=-1))  # (B, h, L, d_h)
+        k, v = cache.append(k, v)  # (B, h, t + L, d_h)
+        return self.attend(q, k, v, mask)
+
+    def memory_cache(self, memory: Tensor) -> KVCache:
+        """Cross-attention keys and values of ``memory (B, S, D)``, projected once per source batch."""
+        self._check_inputs(memory, None, None)
+        return KVCache(*(self.split_heads(self.project_one(memory, i)) for i in (1, 2)))
+
+    def forward_memory(self, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
+        """Cross-attention of ``query (B, L, D)`` over keys and values from ``memory_cache``:
+        the same as ``forward(query, memory, memory, mask)``. Returns ``(B, L, D)``."""
+        self._check_inputs(query, None, None)
+        return self.attend(self.split_heads(self.project_one(query, 0)), cache.keys, cache.values, mask)
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":

@@ -8,10 +8,13 @@ block of Xiong et al. (2020): x = x + Sublayer(LN(x)), with one final LayerNorm 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention, key_mask, newest_queries_mask
 
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -65,12 +68,29 @@ class TransformerBlock(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None, memory: Tensor | None = None,
                 memory_mask: Tensor | None = None) -> Tensor:
         """x ``(B, L, D)``; memory ``(B, S, D)`` for cross blocks. Returns ``(B, L, D)``."""
+        self._check_memory(memory)
+        return self._sublayers(x, lambda h: self.self_attn(h, mask=mask),
+                               lambda h: self.cross_attn(h, memory, memory, mask=memory_mask))
+
+    def forward_step(self, x: Tensor, cache: KVCache, mask: Tensor | None = None,
+                     memory: KVCache | None = None, memory_mask: Tensor | None = None) -> Tensor:
+        """``forward`` for the newest positions ``x (B, L, D)`` only: self-attention over ``cache``
+        (the earlier positions' keys and values; the new ones are appended), cross-attention over
+        ``memory``, the memory's keys and values (``memory_cache``). Returns ``(B, L, D)``."""
+        self._check_memory(memory)
+        return self._sublayers(x, lambda h: self.self_attn.forward_step(h, cache, mask),
+                               lambda h: self.cross_attn.forward_memory(h, memory, memory_mask))
+
+    def _check_memory(self, memory) -> None:
         if (memory is None) != (self.cross_attn is None):
             raise ValueError("memory must be given exactly when the block was built with cross=True")
+
+    def _sublayers(self, x: Tensor, self_attention, cross_attention) -> Tensor:
+        """Self-attention, cross-attention (cross blocks only) and feed-forward, each residual."""
         first, *rest = self.residuals
-        x = first(x, lambda h: self.self_attn(h, mask=mask))
+        x = first(x, self_attention)
         if self.cross_attn is not None:
-            x = rest.pop(0)(x, lambda h: self.cross_attn(h, memory, memory, mask=memory_mask))
+            x = rest.pop(0)(x, cross_attention)
         return rest[0](x, self.ffn)
 
     @classmethod
@@ -97,6 +117,39 @@ class TransformerBlock(nn.Module):
         return block
 
 
+@dataclass
+class StackCache:
+    """What incremental decoding keeps for a ``TransformerStack`` (chapter 6).
+
+    ``layers``: each block's self-attention ``KVCache``; ``keep (B, t)``: which cached positions
+    hold real tokens (no query attends to padding, as in the uncached decoder); for a stack with
+    cross-attention, ``memory``: each block's keys and values of the encoder memory, projected
+    once, and ``memory_keep (B, S)``, the memory's keep-mask.
+    """
+
+    layers: list[KVCache]
+    keep: Tensor | None = None  # (B, t) bool
+    memory: list[KVCache] | None = None
+    memory_keep: Tensor | None = None  # (B, S) bool
+
+    def __len__(self) -> int:
+        return 0 if self.keep is None else self.keep.shape[1]
+
+    def extend(self, keep_new: Tensor) -> Tensor:
+        """Record the newest positions ``keep_new (B, L)``; return their self-attention mask
+        ``(B, 1, L, t + L)``: causal over the cache, padding masked."""
+        self.keep = keep_new if self.keep is None else torch.cat([self.keep, keep_new], dim=1)
+        return newest_queries_mask(self.keep, keep_new.shape[1])
+
+    def reorder(self, rows: Tensor) -> None:
+        """Row i continues the old row ``rows[i]`` (beam search's parent beams); ``rows`` long."""
+        for cache in self.layers + (self.memory or []):
+            cache.reorder(rows)
+        self.keep = None if self.keep is None else self.keep.index_select(0, rows)
+        if self.memory_keep is not None:
+            self.memory_keep = self.memory_keep.index_select(0, rows)
+
+
 class TransformerStack(nn.Module):
     """``num_layers`` blocks; Pre-LN stacks end with a LayerNorm (post-LN ones need none)."""
 
@@ -115,4 +168,27 @@ class TransformerStack(nn.Module):
                 memory_mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
             x = layer(x, mask, memory, memory_mask)
+        return self.final_norm(x)
+
+    def new_cache(self, memory: Tensor | None = None, memory_keep: Tensor | None = None) -> StackCache:
+        """An empty ``StackCache`` for ``forward_step``; a cross-attention stack needs the memory
+        ``(B, S, D)`` and its keep-mask ``(B, S)``, whose keys and values are projected here, once."""
+        if (memory is None) != (memory_keep is None):
+            raise ValueError("memory and memory_keep must be given together")
+        self.layers[0]._check_memory(memory)
+        cache = StackCache([KVCache() for _ in self.layers])
+        if memory is not None:
+            cache.memory = [layer.cross_attn.memory_cache(memory) for layer in self.layers]
+            cache.memory_keep = memory_keep
+        return cache
+
+    def forward_step(self, x: Tensor, keep: Tensor, cache: StackCache) -> Tensor:
+        """The stack on the newest positions ``x (B, L, D)`` after the t cached ones; ``keep (B, L)``
+        is False where they are padding. Same rows as ``forward`` on all t + L positions under a
+        causal padding mask; appends to ``cache``. Returns ``(B, L, D)``."""
+        mask = cache.extend(keep)  # (B, 1, L, t + L)
+        memories = cache.memory or [None] * len(self.layers)
+        memory_mask = None if cache.memory_keep is None else key_mask(cache.memory_keep)  # (B, 1, 1, S)
+        for layer, layer_cache, memory in zip(self.layers, cache.layers, memories):
+            x = layer.forward_step(x, layer_cache, mask, memory, memory_mask)
         return self.final_norm(x)

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import causal_padding_mask, key_mask
-from .blocks import ACTIVATIONS, TransformerStack
+from .blocks import ACTIVATIONS, StackCache, TransformerStack
 from .position import sinusoidal_encoding
 
 
@@ -36,6 +36,8 @@ class TokenEmbedding(nn.Module):
     The table is initialised with std 1/√D, so the scaled embedding has unit variance, the
     same order as the sinusoidal code it is added to. ``positions="learned"`` adds a trained
     ``(max_len, D)`` table instead (GPT's choice), initialised with std 0.02 as in GPT-2.
+    ``forward(tokens, start)`` embeds tokens at positions ``start, start + 1, ...`` (a decoding
+    step with a key-value cache embeds only its newest token).
     """
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float, pad_id: int,
@@ -53,10 +55,11 @@ class TokenEmbedding(nn.Module):
             self.register_buffer("positions", sinusoidal_encoding(max_len, d_model), persistent=False)
         self.drop, self.scale, self.max_len = nn.Dropout(dropout), math.sqrt(d_model), max_len
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        if tokens.shape[-1] > self.max_len:
-            raise ValueError(f"sequence length {tokens.shape[-1]} exceeds max_len={self.max_len}")
-        x = self.table(tokens) * self.scale + self.positions[: tokens.shape[-1]]  # (B, L, D)
+    def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
+        end = start + tokens.shape[-1]
+        if end > self.max_len:
+            raise ValueError(f"sequence length {end} exceeds max_len={self.max_len}")
+        x = self.table(tokens) * self.scale + self.positions[start:end]  # (B, L, D)
         return self.drop(x)
 
 
@@ -150,6 +153,17 @@ class Seq2SeqTransformer(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.decode(tgt_in, self.encode(src), self.source_mask(src))
 
+    def decoder_cache(self, memory: Tensor, src_keep: Tensor) -> StackCache:
+        """An empty key-value cache for ``decode_step``; the cross-attention keys and values of
+        ``memory (B, S, D)`` (keep-mask ``(B, S)``) are projected here, once per source batch."""
+        return self.decoder.new_cache(memory, src_keep)
+
+    def decode_step(self, tgt_new: Tensor, cache: StackCache) -> Tensor:
+        """``decode`` for the newest target tokens ``tgt_new (B, L)`` only, after the t in
+        ``cache``: the logits ``(B, L, V)`` equal ``decode(all t + L tokens)[:, -L:]``."""
+        x = self.tgt_embed(tgt_new, start=len(cache))  # (B, L, D) at positions t..t+L-1
+        return self.output(self.decoder.forward_step(x, tgt_new != self.config.pad_id, cache))
+
 
 # ------------------------------------------------------------------------ decoder-only
 @dataclass
@@ -195,6 +209,19 @@ class GPT(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         x = self.blocks(self.embed(tokens), mask=self.mask(tokens))
         return self.output(x)  # (B, L, V)
+
+    def new_cache(self) -> StackCache:
+        """An empty key-value cache for ``forward_step`` (causal models only: without the causal
+        mask, earlier positions see later ones and their keys change with every new token)."""
+        if not self.config.causal:
+            raise ValueError("a key-value cache needs causal=True, got causal=False")
+        return self.blocks.new_cache()
+
+    def forward_step(self, tokens: Tensor, cache: StackCache) -> Tensor:
+        """``forward`` for the newest tokens ``(B, L)`` only, after the t in ``cache``: the
+        logits ``(B, L, V)`` equal ``forward(all t + L tokens)[:, -L:]``."""
+        x = self.embed(tokens, start=len(cache))  # (B, L, D) at positions t..t+L-1
+        return self.output(self.blocks.forward_step(x, tokens != self.config.pad_id, cache))
 
 
 def count_parameters(model: nn.Module) -> int:
