@@ -50,7 +50,8 @@ def seq2seq_loss(model: nn.Module, batch, *, label_smoothing: float = 0.0, pad_i
     """Teacher-forced loss of an encoder-decoder on ``batch = (src (B, S), tgt (B, L))``.
 
     ``tgt`` is SOS w1 .. wn EOS PAD..; the decoder reads ``tgt[:, :-1]`` and predicts
-    ``tgt[:, 1:]``. Padding targets carry no loss (DLStudio's loss counts them).
+    ``tgt[:, 1:]``. Padding targets carry no loss (DLStudio 2.5.8's loss counts them:
+    its Transformers.py, line 1004).
     """
     src, tgt = batch[0], batch[1]
     logits = model(src, tgt[:, :-1])  # (B, L-1, V)

@@ -40,7 +40,8 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
     B, C, H, W = images.shape
     P = patch_size
     x = images.reshape(B, C, H // P, P, W // P, P)  # (B, C, rows, P, cols, P)
-    x = x.permute(0, 2, 4, 1, 3, 5)  # (B, rows, cols, C, P, P): the permute DLStudio skips
+    # (B, rows, cols, C, P, P): the permute DLStudio 2.5.8 skips (its Transformers.py, line 2429)
+    x = x.permute(0, 2, 4, 1, 3, 5)
     return x.reshape(B, (H // P) * (W // P), C * P * P)
 
 
