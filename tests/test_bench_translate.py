@@ -27,7 +27,14 @@ def test_smoke_run_writes_results(tmp_path):
     assert 0.0 <= saved["bleu"] <= 100.0 and saved["test_sentences"] == 40
     assert "case:lc" in saved["bleu_signature"]  # case-insensitive, as documented
     assert saved["train_seconds"] >= 4.0 and saved["tokens_per_second"] > 0
-    assert saved["final_loss"] < 8.0  # below the ~8.6 of a uniform guess over the vocabulary
+    assert saved["final_loss"] < 6.0  # below the ~6.3 of a uniform guess over ~560 subwords
+    assert saved["bleu_split"] == "test" and saved["valid_sentences"] == 30
+    chosen = saved["chosen_on_valid"]
+    assert chosen["weights"]["chosen_on"] == chosen["decoding"]["chosen_on"] == "valid"
+    table = chosen["decoding"]["table"]
+    assert len(table) == 3 and max(r["valid_bleu"] for r in table) == max(
+        r["valid_bleu"] for r in table if (r["beam_size"], r["length_penalty"]) ==
+        (chosen["decoding"]["beam_size"], chosen["decoding"]["length_penalty"]))
     assert saved["decoder_speed_cpu"]["ratio"] > 1.0  # N passes cost more than one
     assert saved["attention_speed_cpu"]["ratio"] > 0 and saved["device"].startswith("cpu")
 
@@ -36,6 +43,7 @@ def test_gpu_recipe_is_fixed():
     bench = load_bench()
     assert bench.GPU["model"]["norm_first"] and bench.GPU["model"]["d_model"] == 512
     assert bench.GPU["train_limit"] is None and bench.GPU["test_limit"] is None  # all the data
+    assert bench.GPU["subwords"] and bench.GPU["train"]["schedule"] == "cosine"  # decays to 0 on the clock
 
 
 def test_timings_only_skips_training_and_writes_its_own_file(tmp_path):

@@ -6,7 +6,8 @@ import torch
 from xfl.data.text import EOS, PAD, SOS, UNK, clean, detokenize, normalize, split_by_english, tokenize
 from xfl.decode import greedy_decode, sequence_log_prob
 from xfl.model import Seq2SeqTransformer
-from xfl.translation import (choose_decoding, epoch_batches, heldout_bleu, prepare_task,
+from xfl.checkpoint import LastWeights
+from xfl.translation import (choose_decoding, choose_weights, epoch_batches, heldout_bleu, prepare_task,
                              reference_streams, translate)
 
 WORDS = ["cat", "dog", "red", "big", "sees", "the", "a", "runs"]
@@ -138,3 +139,17 @@ def test_choose_decoding_scores_every_setting_on_the_validation_split():
         pytest.approx(choice["table"][2]["valid_bleu"])
     with pytest.raises(ValueError, match="'train'"):
         heldout_bleu(tiny_model(task), task, split="train")
+
+
+def test_choose_weights_keeps_whichever_scores_higher_on_validation():
+    task = prepare_task(made_up_pairs(600), test_fraction=0.1, valid_fraction=0.1, min_freq=1)
+    model, other = tiny_model(task, seed=0), tiny_model(task, seed=1)
+    kept = LastWeights(keep=1)
+    kept(other)  # the "average" is another model's weights
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    choice = choose_weights(model, task, kept)
+    scores = choice["valid_bleu"]
+    expected = before if scores["final"] >= scores["averaged"] else other.state_dict()
+    assert choice["weights"] == max(scores, key=scores.get) and choice["chosen_on"] == "valid"
+    assert all(torch.equal(model.state_dict()[k], expected[k]) for k in expected)
+    assert scores["averaged"] == pytest.approx(heldout_bleu(other, task, beam_size=1, split="valid")["bleu"])

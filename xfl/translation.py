@@ -7,7 +7,7 @@ tokenizes them: lower-cased words (one vocabulary per language) or joint byte-pa
 writing ``<unk>``) and returns each translation with its log-probability; ``sacrebleu_score``
 and ``heldout_bleu`` score with sacreBLEU against every reference (case-insensitive, since the
 word pipeline lower-cases); ``choose_decoding`` picks beam size and length penalty on the
-validation split.
+validation split, ``choose_weights`` the final or the averaged last weights.
 Sentence pairs from www.manythings.org/anki and tatoeba.org (CC-BY 2.0 FR)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from torch import nn
 
 from .batches import epoch_rng, shuffled
 from .bpe import BPE, train_bpe
+from .checkpoint import LastWeights
 from .data.text import (EOS, PAD, SOS, SPECIALS, UNK, Vocab, clean, detokenize, encode_pairs, filter_by_length,
                         group_references, pad_batch, split_by_english, tokenize)
 from .decode import beam_search, greedy_decode
@@ -224,3 +225,16 @@ def choose_decoding(model: nn.Module, task: TranslationTask, beam_sizes: Sequenc
     best = max(table, key=lambda row: row["valid_bleu"])
     return {"table": table, "beam_size": best["beam_size"], "length_penalty": best["length_penalty"],
             "chosen_on": "valid"}
+
+
+def choose_weights(model: nn.Module, task: TranslationTask, kept: LastWeights, limit: int | None = None) -> dict:
+    """Greedy validation BLEU of the model's final weights and of the average of the weights
+    ``kept`` during training (``xfl.checkpoint.LastWeights``); leaves the better in ``model``."""
+    final = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    scores = {"final": heldout_bleu(model, task, beam_size=1, limit=limit, split="valid")["bleu"]}
+    model.load_state_dict(kept.average())
+    scores["averaged"] = heldout_bleu(model, task, beam_size=1, limit=limit, split="valid")["bleu"]
+    chosen = max(scores, key=scores.get)
+    if chosen == "final":
+        model.load_state_dict(final)
+    return {"valid_bleu": scores, "weights": chosen, "averaged_last": len(kept.saved), "chosen_on": "valid"}
