@@ -153,3 +153,13 @@ def test_choose_weights_keeps_whichever_scores_higher_on_validation():
     assert choice["weights"] == max(scores, key=scores.get) and choice["chosen_on"] == "valid"
     assert all(torch.equal(model.state_dict()[k], expected[k]) for k in expected)
     assert scores["averaged"] == pytest.approx(heldout_bleu(other, task, beam_size=1, split="valid")["bleu"])
+
+
+@pytest.mark.parametrize("subwords", [None, 40])
+def test_translate_with_and_without_the_cache_agree(subwords):
+    task = prepare_task(made_up_pairs(), test_fraction=0.2, min_freq=1, subwords=subwords)
+    model, english = tiny_model(task), ["the cat sees a dog.", "a big dog runs.", "red."]
+    for k in (1, 3):
+        cached, uncached = (translate(model, task, english, beam_size=k, use_cache=c) for c in (True, False))
+        assert [t.ids for t in cached] == [t.ids for t in uncached]
+        assert [t.log_prob for t in cached] == pytest.approx([t.log_prob for t in uncached], abs=1e-4)
