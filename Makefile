@@ -74,6 +74,11 @@ book: $(STAMP) $(if $(NPM),$(VENDOR)) exercise-pages
 	XFL_FAST=$(XFL_FAST) $(BIN)/jupyter-book build -W -n --keep-going --config _build/book_config.yml .
 	@echo "Open _build/html/index.html"
 
+# Wheels the lent GPU machine lacks (its Python 3.12, no internet) -> build/wheels/; see DEVELOPERS.md
+.PHONY: device-wheels
+device-wheels: $(STAMP)
+	$(BIN)/python -m tools.device_wheels
+
 test: $(STAMP) $(VENDOR) exercise-pages browser-deps
 	XFL_FAST=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) chapters -p no:cacheprovider
 

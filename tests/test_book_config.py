@@ -1,4 +1,5 @@
-"""tools/book_config: the full profile gets a longer cell timeout; without npm, the CDN scripts."""
+"""tools/book_config: the full profile gets a longer cell timeout; without npm, the CDN scripts;
+chapters with fresh stored outputs are rendered, the others executed (tests/test_executed.py)."""
 
 import re
 
@@ -7,8 +8,9 @@ import yaml
 
 from tools import book_config
 from tools.book_config import FULL_PROFILE_CELL_TIMEOUT_S, VENDORED_KEYS
+from tools.executed import chapter_states
 
-from conftest import REPO_ROOT, load_config
+from conftest import REPO_ROOT, chapter_files, load_config
 
 
 def test_fast_vendored_build_is_the_config_itself():
@@ -46,3 +48,18 @@ def test_written_file_follows_the_profile(tmp_path, monkeypatch, fast, timeout):
     assert written["execute"]["timeout"] == (timeout or load_config()["execute"]["timeout"])
     assert "mathjax_path" not in written["sphinx"]["config"]
     assert list(tmp_path.iterdir()) == [out]  # written atomically: no temporary file left
+
+
+def test_build_says_how_each_chapter_is_made(tmp_path, monkeypatch, capsys):
+    """One line per chapter: rendered from fresh stored outputs, or executed, and why."""
+    monkeypatch.setenv("XFL_FAST", "1")
+    assert book_config.main(["--assets", "vendor", "-o", str(tmp_path / "book_config.yml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    states = chapter_states()
+    assert len(lines) == len(states) == len(chapter_files())
+    for line, state in zip(lines, states):
+        how = "rendering" if state.state == "fresh" else "executing (fast profile)"
+        assert line.startswith(f"book: {how}") and f" {state.chapter}: {state.reason()}" in line
+    written = yaml.safe_load((tmp_path / "book_config.yml").read_text(encoding="utf-8"))
+    if not any(state.state == "fresh" for state in states):  # nothing stored: the config itself
+        assert written == load_config()

@@ -2,11 +2,15 @@
 
 `_config.yml` is the book's configuration for the fast profile with its scripts served by the
 book itself (MathJax, RequireJS and the widget manager, vendored by `make vendor` with npm).
-Two things change with the build, and this tool writes the variant:
+Three things change with the build, and this tool writes the variant:
 
 - the full profile trains for minutes in one cell, so its per-cell timeout is longer;
 - without npm the scripts cannot be vendored: the book then loads them from their CDNs
-  (Jupyter Book's defaults), which works online only.
+  (Jupyter Book's defaults), which works online only;
+- a chapter with fresh stored outputs (`tools/executed.py`, `book/executed/`) is not executed:
+  it is excluded from execution and myst-nb reads it from its stored notebook instead of its
+  `.md` (same page, same URL, same Colab button). The tool prints which chapters are rendered
+  from stored outputs and which are executed, and why.
 
 The profile is the one the chapters will run (`xfl.runtime.fast_profile`: `XFL_FAST`, else the
 device). Usage (from the repository root; `make book` runs it):
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from tools.executed import ChapterState, chapter_states
 from xfl.files import write_text_atomic
 from xfl.runtime import fast_profile
 
@@ -30,8 +35,9 @@ FULL_PROFILE_CELL_TIMEOUT_S = 3600  # a full-profile training cell on a T4 takes
 VENDORED_KEYS = ("html_static_path", "mathjax_path", "nb_ipywidgets_js")
 
 
-def book_config(base: dict, fast: bool, vendored: bool) -> dict:
-    """``base`` (the parsed `_config.yml`) adjusted for the profile and the script source."""
+def book_config(base: dict, fast: bool, vendored: bool, stored: list[ChapterState] = ()) -> dict:
+    """``base`` (the parsed `_config.yml`) adjusted for the profile, the script source and the
+    chapters whose ``stored`` outputs are rendered instead of executed (fresh ones only)."""
     config = copy.deepcopy(base)
     if not fast:
         config["execute"]["timeout"] = FULL_PROFILE_CELL_TIMEOUT_S
@@ -39,7 +45,33 @@ def book_config(base: dict, fast: bool, vendored: bool) -> dict:
         sphinx = config["sphinx"]["config"]
         for key in VENDORED_KEYS:
             sphinx.pop(key, None)
+    if stored:
+        render_stored(config, stored)
     return config
+
+
+def render_stored(config: dict, stored: list[ChapterState]) -> None:
+    """Exclude the stored chapters from execution; read each from its stored notebook."""
+    if any(state.state != "fresh" for state in stored):
+        raise ValueError(f"only fresh stored outputs are rendered, got {[s.state for s in stored]}")
+    sources = [f"{state.chapter}.md" for state in stored]
+    config["execute"]["exclude_patterns"] = config["execute"].get("exclude_patterns", []) + sources
+    # myst-nb reads a source with the custom format whose key ends its path; Sphinx matches
+    # suffixes against file names only, so a key with a "/" is no source suffix to it.
+    config["sphinx"]["config"]["nb_custom_formats"] = {
+        f"/{source}": ["tools.executed.read_stored",
+                       {"stored": str(state.stored.resolve()), "sha256": state.meta["source_sha256"]},
+                       False]
+        for source, state in zip(sources, stored)}
+    config["sphinx"].setdefault("local_extensions", {})["tools.executed"] = str(ROOT)
+
+
+def announce(states: list[ChapterState], fast: bool) -> None:
+    """Say which chapters the build renders from stored outputs and which it executes, and why."""
+    profile = "fast" if fast else "full"
+    for state in states:
+        how = "rendering" if state.state == "fresh" else f"executing ({profile} profile)"
+        print(f"book: {how:26} {state.chapter}: {state.reason()}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args(argv)
     base = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    config = book_config(base, fast=fast_profile(), vendored=args.assets == "vendor")
+    states, fast = chapter_states(), fast_profile()
+    announce(states, fast)
+    config = book_config(base, fast=fast, vendored=args.assets == "vendor",
+                         stored=[state for state in states if state.state == "fresh"])
     args.output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.output, "# Written by tools/book_config.py from _config.yml: edit that.\n"
                       + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
