@@ -126,6 +126,8 @@ def test_translate_never_writes_unk_even_when_the_model_prefers_it():
     assert free[0] == [UNK] * 5  # unconstrained, the model writes only <unk>
     for k in (1, 3):
         assert all(UNK not in t.ids for t in translate(model, task, ["the cat runs.", "a dog."], beam_size=k))
+        allowed = translate(model, task, ["the cat runs."], beam_size=k, banned=())
+        assert allowed[0].ids == [UNK] * len(allowed[0].ids) != []  # banned=() lets it through
 
 
 def test_choose_decoding_scores_every_setting_on_the_validation_split():

@@ -159,22 +159,23 @@ class Translation:
 
 def translate(model: nn.Module, task: TranslationTask, sentences: Sequence[str], beam_size: int = 1,
               length_penalty: float = 0.0, batch_size: int = 128, extra_len: int = 10,
-              use_cache: bool = True) -> list[Translation]:
+              use_cache: bool = True, banned: Sequence[int] = (UNK,)) -> list[Translation]:
     """English sentences -> Spanish ``Translation``s, decoded autoregressively: greedy for
     ``beam_size=1``, else beam search ranking finished beams by log P / length**length_penalty.
-    ``<unk>`` is never written (nor PAD or SOS). ``use_cache=False`` re-runs the decoder over
-    the whole prefix at every step instead of using the key-value cache (same output, slower)."""
+    Tokens in ``banned`` (``<unk>`` by default) are never written, nor PAD or SOS.
+    ``use_cache=False`` re-runs the decoder over the whole prefix at every step instead of using
+    the key-value cache (same output, slower)."""
     device = next(model.parameters()).device
     out = []
     for start in range(0, len(sentences), batch_size):
         src, _ = pad_batch([task.source_ids(s) for s in sentences[start:start + batch_size]], device=device)
         max_len = min(src.shape[1] + extra_len, model.config.max_len - 1)
         if beam_size == 1:
-            hyps, scores = greedy_decode(model, src, max_len, SOS, EOS, PAD, banned=(UNK,),
+            hyps, scores = greedy_decode(model, src, max_len, SOS, EOS, PAD, banned=banned,
                                          use_cache=use_cache)
         else:
             hyps, scores = beam_search(model, src, max_len, SOS, EOS, PAD, beam_size, length_penalty,
-                                       banned=(UNK,), use_cache=use_cache)
+                                       banned=banned, use_cache=use_cache)
         out += [Translation(task.target_text(h), h, score) for h, score in zip(hyps, scores.tolist())]
     return out
 
