@@ -24,7 +24,7 @@ NPM     := $(shell command -v npm 2>/dev/null)
 ASSETS  := $(if $(NPM),vendor,cdn)
 XFL_FAST ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 1)
 
-.PHONY: book test sync vendor browser-deps exercises exercise-pages grade bench-translate bench-timings bench-vit bench-bpe clean
+.PHONY: book test sync vendor browser-deps exercises exercise-pages grade bench-translate bench-timings bench-vit bench-bpe bench-decode clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,9 @@ bench-vit: $(STAMP)
 
 bench-bpe: $(STAMP)
 	$(BIN)/python -m bench.bpe --subword-nmt
+
+bench-decode: $(STAMP)
+	$(BIN)/python -m bench.decode
 
 clean:
 	rm -rf _build book/vendor book/js/node_modules book/exercises
