@@ -2,9 +2,10 @@
 and decodes through ``xfl.translation.translate``): greedy search, beam search, and sampling.
 
 Every decoder feeds its own previous outputs back in: step t runs the causal decoder once
-on the tokens chosen so far and reads the logits of the last position. (DLStudio's
-"inference" instead looks at the target sentence: that is teacher forcing, not
-translation.) The encoder runs once per source batch.
+on the tokens chosen so far and reads the logits of the last position. (DLStudio 2.5.8's
+"inference" instead runs the decoder once on a fixed SOS, EOS, ... stub and never feeds its
+chosen words back: its Transformers.py, lines 1079 and 1096.) The encoder runs once per source
+batch.
 
 With ``use_cache=True`` (the default) step t runs the decoder on the newest token only: each
 layer keeps the keys and values of the earlier positions (``xfl.attention.KVCache``, appended
