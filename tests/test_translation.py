@@ -165,3 +165,8 @@ def test_translate_with_and_without_the_cache_agree(subwords):
         cached, uncached = (translate(model, task, english, beam_size=k, use_cache=c) for c in (True, False))
         assert [t.ids for t in cached] == [t.ids for t in uncached]
         assert [t.log_prob for t in cached] == pytest.approx([t.log_prob for t in uncached], abs=1e-4)
+
+
+def test_a_validation_fraction_that_leaves_no_training_side_is_refused():
+    with pytest.raises(ValueError, match=r"valid_fraction must lie in \[0, 1 - test_fraction\).*got 0.9"):
+        prepare_task(made_up_pairs(), test_fraction=0.2, valid_fraction=0.9)

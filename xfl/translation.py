@@ -102,6 +102,9 @@ def prepare_task(pairs: Sequence[tuple[str, str]], max_len: int = 30, test_fract
     byte-pair merges learned on both languages' training side: one joint vocabulary.
     ``train_limit`` keeps a seeded random subset of training pairs. Nothing is learned from
     held-out sentences."""
+    if not 0 <= valid_fraction < 1 - test_fraction:
+        raise ValueError(f"valid_fraction must lie in [0, 1 - test_fraction) = [0, {1 - test_fraction}), "
+                         f"got {valid_fraction}")
     split = split_by_english(pairs, test_fraction=test_fraction, seed=seed)
     rest = split_by_english(split.train, test_fraction=valid_fraction / (1 - test_fraction), seed=seed + 1)
     train_pairs = filter_by_length(rest.train, max_len)
