@@ -4,6 +4,7 @@ Needs the data: CI sets XFL_DATA_MIRROR=../shared/data (see tests/test_data_tato
 """
 
 import json
+import math
 import os
 
 import pytest
@@ -27,7 +28,8 @@ def test_smoke_run_writes_results(tmp_path):
     assert 0.0 <= saved["bleu"] <= 100.0 and saved["test_sentences"] == 40
     assert "case:lc" in saved["bleu_signature"]  # case-insensitive, as documented
     assert saved["train_seconds"] >= 4.0 and saved["tokens_per_second"] > 0
-    assert saved["final_loss"] < 6.0  # below the ~6.3 of a uniform guess over ~560 subwords
+    uniform = math.log(saved["vocab"]["joint_subwords"])  # ~6.5: a uniform guess over ~640 subwords
+    assert saved["final_loss"] < uniform - 0.2  # it learned (2 s of training: 0.7 below)
     assert saved["bleu_split"] == "test" and saved["valid_sentences"] == 30
     chosen = saved["chosen_on_valid"]
     assert chosen["weights"]["chosen_on"] == chosen["decoding"]["chosen_on"] == "valid"
