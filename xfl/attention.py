@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .norms import RMSNorm
+from .position import apply_rope
+
 
 # --------------------------------------------------------------------------- masks
 def causal_mask(length: int, device=None) -> Tensor:
@@ -105,15 +108,22 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
-                                 return_weights: bool = False, dropout_p: float = 0.0):
+                                 return_weights: bool = False, dropout_p: float = 0.0,
+                                 is_causal: bool = False):
     """Attention(Q, K, V) = softmax(Q Kᵀ / √d) V.
 
     q ``(..., Lq, d)``, k ``(..., Lk, d)``, v ``(..., Lk, dv)``; ``mask`` is bool and
     broadcasts to ``(..., Lq, Lk)``, True = may attend. Returns ``(..., Lq, dv)``, plus the
     weights ``(..., Lq, Lk)`` when ``return_weights``. A query with no allowed key gets zeros.
     Without weights PyTorch's fused kernel runs; with them, the explicit path (same function).
+    ``is_causal=True`` (Lq = Lk, no mask) is the causal mask without materialising it, so the
+    fused kernel can skip the masked half (chapter 10).
     """
     _check_qkv(q, k, v)
+    if is_causal:
+        mask = _causal_instead_of(mask, q.shape[-2], k.shape[-2], q.device)
+        if not return_weights:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
     if mask is not None:
         check_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
     if return_weights:
@@ -126,6 +136,23 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     open_mask, has_key = _safe_mask(mask)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=open_mask, dropout_p=dropout_p)
     return out * has_key
+
+
+def _causal_instead_of(mask: Tensor | None, len_q: int, len_k: int, device) -> Tensor:
+    """The causal mask ``(Lq, Lk)`` that ``is_causal=True`` stands for; it excludes ``mask``."""
+    if mask is not None or len_q != len_k:
+        raise ValueError("is_causal=True needs mask=None and as many queries as keys, got "
+                         f"mask={'a tensor' if mask is not None else None}, Lq={len_q}, Lk={len_k}")
+    return causal_mask(len_q, device=device)
+
+
+def repeat_kv_heads(x: Tensor, num_heads: int) -> Tensor:
+    """Grouped-query attention's sharing: ``(B, kv_heads, L, d) -> (B, num_heads, L, d)``, each kv
+    head repeated for the ``num_heads / kv_heads`` query heads of its group (Ainslie et al., 2023)."""
+    kv_heads = x.shape[1]
+    if num_heads % kv_heads:
+        raise ValueError(f"num_heads={num_heads} must be a multiple of the {kv_heads} kv heads")
+    return x if kv_heads == num_heads else x.repeat_interleave(num_heads // kv_heads, dim=1)
 
 
 # ------------------------------------------------------------------ key-value cache
@@ -160,6 +187,23 @@ class KVCache:
 
 
 # ------------------------------------------------------------- multi-head attention
+def _check_kv_heads(num_heads: int, num_kv_heads: int | None) -> int:
+    """``num_kv_heads`` (None: one per query head), checked to divide ``num_heads``."""
+    if num_kv_heads is None:
+        return num_heads
+    if not isinstance(num_kv_heads, int) or num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads={num_kv_heads!r} must be a positive divisor of num_heads={num_heads}")
+    return num_kv_heads
+
+
+def _check_rope(head_dim: int, rope_base: float | None) -> float | None:
+    """``rope_base`` (None: no rotary positions), checked > 1 with an even head dimension."""
+    if rope_base is not None and (head_dim % 2 or not rope_base > 1):
+        raise ValueError(f"rotary positions need an even head dimension and a base > 1, got "
+                         f"head_dim={head_dim}, rope_base={rope_base!r}")
+    return rope_base
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with batched heads and an output projection (chapter 2).
 
@@ -167,9 +211,15 @@ class MultiHeadAttention(nn.Module):
     ``(B, Lq, D)``; key/value ``(B, Lk, D)`` for cross-attention, None for self-attention.
     ``mask`` is bool, broadcastable to ``(B, heads, Lq, Lk)``. Returns ``(B, Lq, D)``, and the
     weights ``(B, heads, Lq, Lk)`` when ``need_weights``.
+
+    Chapter 10's options: ``num_kv_heads`` < ``num_heads`` shares each key/value head among a
+    group of query heads (grouped-query attention; 1 = multi-query), and the cache keeps only
+    the kv heads; ``rope_base`` rotates self-attention's queries and keys by their positions
+    (RoPE); ``qk_norm`` RMS-normalises each head's queries and keys before the scores.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 num_kv_heads: int | None = None, rope_base: float | None = None, qk_norm: bool = False):
         super().__init__()
         if num_heads < 1 or d_model % num_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
@@ -177,13 +227,28 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
         self.d_model, self.num_heads, self.dropout = d_model, num_heads, dropout
         self.head_dim = d_model // num_heads
-        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V]
+        self.num_kv_heads = _check_kv_heads(num_heads, num_kv_heads)
+        self.rope_base = _check_rope(self.head_dim, rope_base)
+        kv_dim = self.num_kv_heads * self.head_dim
+        self.splits = (d_model, kv_dim, kv_dim)
+        self.in_proj = nn.Linear(d_model, sum(self.splits), bias=bias)  # [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+        self.q_norm = RMSNorm(self.head_dim) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim) if qk_norm else None
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """``(B, L, D) -> (B, heads, L, D/heads)``."""
+        """``(B, L, heads * d_head) -> (B, heads, L, d_head)`` (query or kv heads)."""
         B, L, _ = x.shape
-        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)
+        return x.view(B, L, -1, self.head_dim).transpose(1, 2)
+
+    def position_heads(self, q: Tensor, k: Tensor, start: int | None) -> tuple[Tensor, Tensor]:
+        """QK-norm and RoPE (when configured) on heads ``q (B, h, Lq, d_h)``, ``k (B, kv, Lk, d_h)``;
+        RoPE only for self-attention, whose newest positions begin at ``start``."""
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope_base is not None and start is not None:
+            q, k = apply_rope(q, start, self.rope_base), apply_rope(k, start, self.rope_base)
+        return q, k
 
     @staticmethod
     def merge_heads(x: Tensor) -> Tensor:
@@ -194,15 +259,15 @@ class MultiHeadAttention(nn.Module):
     def project(self, query: Tensor, key: Tensor | None, value: Tensor | None):
         """Q, K, V projections, each ``(B, L, D)``; one matmul for self-attention."""
         if key is None and value is None:
-            return self.in_proj(query).chunk(3, dim=-1)
+            return self.in_proj(query).split(self.splits, dim=-1)
         key = query if key is None else key
         value = key if value is None else value
         return tuple(self.project_one(x, i) for i, x in enumerate((query, key, value)))
 
     def project_one(self, x: Tensor, which: int) -> Tensor:
         """``x (B, L, D)`` through W_Q (``which=0``), W_K (1) or W_V (2): ``(B, L, D)``."""
-        bias = self.in_proj.bias.chunk(3)[which] if self.in_proj.bias is not None else None
-        return F.linear(x, self.in_proj.weight.chunk(3, dim=0)[which], bias)
+        bias = self.in_proj.bias.split(self.splits)[which] if self.in_proj.bias is not None else None
+        return F.linear(x, self.in_proj.weight.split(self.splits, dim=0)[which], bias)
 
     def _check_inputs(self, query, key, value):
         for name, x in (("query", query), ("key", key), ("value", value)):
@@ -215,19 +280,22 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"query batch {query.shape[0]} != key/value batch {other.shape[0]}")
 
     def forward(self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None,
-                mask: Tensor | None = None, need_weights: bool = False):
+                mask: Tensor | None = None, need_weights: bool = False, is_causal: bool = False):
         self._check_inputs(query, key, value)
-        q, k, v = (self.split_heads(x) for x in self.project(query, key, value))  # (B, h, L, d_h)
-        return self.attend(q, k, v, mask, need_weights)
+        q, k, v = (self.split_heads(x) for x in self.project(query, key, value))  # (B, h|kv, L, d_h)
+        q, k = self.position_heads(q, k, 0 if key is None and value is None else None)
+        return self.attend(q, k, v, mask, need_weights, is_causal)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-               need_weights: bool = False):
-        """Heads ``q (B, h, Lq, d_h)``, ``k, v (B, h, Lk, d_h)`` -> output ``(B, Lq, D)``
+               need_weights: bool = False, is_causal: bool = False):
+        """Heads ``q (B, h, Lq, d_h)``, ``k, v (B, kv, Lk, d_h)`` -> output ``(B, Lq, D)``
         (and the weights ``(B, h, Lq, Lk)`` when ``need_weights``)."""
         if mask is not None:
             check_mask(mask, (q.shape[0], self.num_heads, q.shape[2], k.shape[2]))
+        k, v = repeat_kv_heads(k, self.num_heads), repeat_kv_heads(v, self.num_heads)  # (B, h, Lk, d_h)
         p = self.dropout if self.training else 0.0
-        result = scaled_dot_product_attention(q, k, v, mask, return_weights=need_weights, dropout_p=p)
+        result = scaled_dot_product_attention(q, k, v, mask, return_weights=need_weights, dropout_p=p,
+                                              is_causal=is_causal)
         out, weights = result if need_weights else (result, None)
         out = self.out_proj(self.merge_heads(out))  # (B, Lq, D)
         return (out, weights) if need_weights else out
@@ -237,20 +305,24 @@ class MultiHeadAttention(nn.Module):
         themselves; their keys and values are appended to ``cache``. ``mask`` broadcasts to
         ``(B, heads, L, t + L)``. Returns ``(B, L, D)``."""
         self._check_inputs(query, None, None)
-        q, k, v = (self.split_heads(x) for x in self.in_proj(query).chunk(3, dim=-1))  # (B, h, L, d_h)
-        k, v = cache.append(k, v)  # (B, h, t + L, d_h)
+        q, k, v = (self.split_heads(x) for x in self.project(query, None, None))  # (B, h|kv, L, d_h)
+        q, k = self.position_heads(q, k, len(cache))
+        k, v = cache.append(k, v)  # (B, kv, t + L, d_h): only the kv heads are stored
         return self.attend(q, k, v, mask)
 
     def memory_cache(self, memory: Tensor) -> KVCache:
         """Cross-attention keys and values of ``memory (B, S, D)``, projected once per source batch."""
         self._check_inputs(memory, None, None)
-        return KVCache(*(self.split_heads(self.project_one(memory, i)) for i in (1, 2)))
+        k, v = (self.split_heads(self.project_one(memory, i)) for i in (1, 2))
+        return KVCache(k if self.k_norm is None else self.k_norm(k), v)
 
     def forward_memory(self, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
         """Cross-attention of ``query (B, L, D)`` over keys and values from ``memory_cache``:
         the same as ``forward(query, memory, memory, mask)``. Returns ``(B, L, D)``."""
         self._check_inputs(query, None, None)
-        return self.attend(self.split_heads(self.project_one(query, 0)), cache.keys, cache.values, mask)
+        q = self.split_heads(self.project_one(query, 0))  # (B, h, L, d_h)
+        q = q if self.q_norm is None else self.q_norm(q)
+        return self.attend(q, cache.keys, cache.values, mask)
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":

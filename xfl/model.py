@@ -8,7 +8,10 @@ embeddings scaled by √d plus sinusoidal positions, and a linear output project
 Pre-LN model of Xiong et al. (2020). ``GPT`` is the decoder-only variant: the same blocks
 without cross-attention, under a causal mask; its config can make it GPT's own design (GELU
 feed-forward, learned positions: Radford et al., 2018) and, with ``causal=False``, an
-encoder-only model for masked-token training.
+encoder-only model for masked-token training. Chapter 10's options (RMSNorm, rotary positions,
+SwiGLU, grouped-query attention, QK-norm, no biases, zero-initialised output projections) and
+GPT-2's exact block (tanh GELU, unscaled embeddings) are fields of ``GPTConfig``;
+``GPTConfig.modern(...)`` turns them all on.
 
 Token tensors are ``(B, L)`` long; ``pad_id`` marks padding, which no query attends to.
 """
@@ -22,12 +25,14 @@ import torch
 from torch import Tensor, nn
 
 from .attention import causal_padding_mask, key_mask
-from .blocks import ACTIVATIONS, StackCache, TransformerStack
+from .blocks import ACTIVATIONS, FFNS, StackCache, TransformerStack
+from .norms import NORMS
 from .position import sinusoidal_encoding
 
 
 # ---------------------------------------------------------------------- embeddings
-POSITIONS = ("sinusoidal", "learned")
+POSITIONS = ("sinusoidal", "learned", "rope", "none")
+ADDED_POSITIONS = ("sinusoidal", "learned")  # the codes added to the embedding; rope rotates q, k
 
 
 class TokenEmbedding(nn.Module):
@@ -35,31 +40,38 @@ class TokenEmbedding(nn.Module):
 
     The table is initialised with std 1/√D, so the scaled embedding has unit variance, the
     same order as the sinusoidal code it is added to. ``positions="learned"`` adds a trained
-    ``(max_len, D)`` table instead (GPT's choice), initialised with std 0.02 as in GPT-2.
+    ``(max_len, D)`` table instead (GPT's choice), initialised with std 0.02 as in GPT-2;
+    ``"rope"`` and ``"none"`` add nothing (rotary positions act inside attention).
+    ``scale=False`` drops the √D (GPT-2, whose table then starts with std 0.02).
     ``forward(tokens, start)`` embeds tokens at positions ``start, start + 1, ...`` (a decoding
     step with a key-value cache embeds only its newest token).
     """
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float, pad_id: int,
-                 positions: str = "sinusoidal"):
+                 positions: str = "sinusoidal", scale: bool = True):
         super().__init__()
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.table = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
-        nn.init.normal_(self.table.weight, std=d_model ** -0.5)
+        nn.init.normal_(self.table.weight, std=d_model ** -0.5 if scale else 0.02)
         with torch.no_grad():
             self.table.weight[pad_id].zero_()
         if positions == "learned":
             self.positions = nn.Parameter(torch.randn(max_len, d_model) * 0.02)  # (max_len, D)
-        else:
+        elif positions == "sinusoidal":
             self.register_buffer("positions", sinusoidal_encoding(max_len, d_model), persistent=False)
-        self.drop, self.scale, self.max_len = nn.Dropout(dropout), math.sqrt(d_model), max_len
+        else:
+            self.positions = None
+        self.drop, self.max_len = nn.Dropout(dropout), max_len
+        self.scale = math.sqrt(d_model) if scale else 1.0
 
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
         end = start + tokens.shape[-1]
         if end > self.max_len:
             raise ValueError(f"sequence length {end} exceeds max_len={self.max_len}")
-        x = self.table(tokens) * self.scale + self.positions[start:end]  # (B, L, D)
+        x = self.table(tokens) * self.scale  # (B, L, D)
+        if self.positions is not None:
+            x = x + self.positions[start:end]
         return self.drop(x)
 
 
@@ -171,19 +183,48 @@ class GPTConfig(BlockSizes):
     """Sizes of a decoder-only ``GPT``: the vocabulary and depth, then ``BlockSizes`` (output tied
     to the embedding by default). ``activation="gelu"`` and ``positions="learned"`` are GPT's and
     nanoGPT's choices (the defaults keep chapter 5's decoder: ReLU, sinusoids); ``causal=False``
-    lets every token see the whole sequence (an encoder-only, masked-token model)."""
+    lets every token see the whole sequence (an encoder-only, masked-token model).
+
+    Chapter 10's options, each off by default: ``norm="rms"``; ``positions="rope"`` (base
+    ``rope_base``) or ``"none"``; ``ffn="swiglu"``/``"geglu"`` (hidden 2/3 · 4d unless ``d_hidden``);
+    ``num_kv_heads`` (grouped-query attention); ``qk_norm``; ``bias=False`` (every Linear and
+    LayerNorm); ``zero_init`` (each block's output projections start at zero); GPT-2's
+    ``activation="gelu_tanh"`` and ``scale_embedding=False``. ``GPTConfig.modern`` sets them all."""
 
     vocab_size: int
     num_layers: int = 4
     activation: str = "relu"
     positions: str = "sinusoidal"
     causal: bool = True
+    norm: str = "layer"
+    ffn: str = "mlp"
+    num_kv_heads: int | None = None
+    rope_base: float = 10000.0
+    qk_norm: bool = False
+    bias: bool = True
+    zero_init: bool = False
+    scale_embedding: bool = True
 
     def __post_init__(self):
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
-        if self.positions not in POSITIONS:
-            raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
+        for name, allowed in (("activation", sorted(ACTIVATIONS)), ("positions", POSITIONS),
+                              ("norm", NORMS), ("ffn", FFNS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {tuple(allowed)}, got {getattr(self, name)!r}")
+
+    @classmethod
+    def modern(cls, **fields) -> "GPTConfig":
+        """Today's decoder block (as in LLaMA-style models): RMSNorm, RoPE, SwiGLU, no biases,
+        QK-norm, zero-initialised output projections, an untied head and, unless given, half as
+        many kv heads as heads (all of them when the count is odd). ``fields`` override any."""
+        heads = fields.get("num_heads", cls.__dataclass_fields__["num_heads"].default)
+        options = dict(norm="rms", positions="rope", ffn="swiglu", bias=False, qk_norm=True,
+                       zero_init=True, tie_output=False, num_kv_heads=heads // 2 if heads % 2 == 0 else heads)
+        return cls(**{**options, **fields})
+
+    def block_options(self) -> dict:
+        """The keyword options of ``TransformerBlock`` this config asks for."""
+        return dict(norm=self.norm, ffn=self.ffn, num_kv_heads=self.num_kv_heads, qk_norm=self.qk_norm,
+                    bias=self.bias, rope_base=self.rope_base if self.positions == "rope" else None)
 
 
 class GPT(nn.Module):
@@ -196,9 +237,13 @@ class GPT(nn.Module):
         super().__init__()
         c = self.config = config
         self.blocks = TransformerStack(c.num_layers, c.d_model, c.num_heads, c.d_hidden, c.dropout,
-                                       norm_first=c.norm_first, cross=False, activation=c.activation)
+                                       norm_first=c.norm_first, cross=False, activation=c.activation,
+                                       **c.block_options())
         _init_linear_weights(self)
-        self.embed = TokenEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.pad_id, c.positions)
+        if c.zero_init:
+            _zero_output_layers(self.blocks)
+        self.embed = TokenEmbedding(c.vocab_size, c.d_model, c.max_len, c.dropout, c.pad_id, c.positions,
+                                    scale=c.scale_embedding)
         self.output = output_projection(self.embed, c.vocab_size, c.tie_output)
 
     def mask(self, tokens: Tensor) -> Tensor:
@@ -207,7 +252,11 @@ class GPT(nn.Module):
         return causal_padding_mask(tokens, pad) if self.config.causal else key_mask(tokens != pad)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        x = self.blocks(self.embed(tokens), mask=self.mask(tokens))
+        """A causal model on rows without padding passes ``is_causal=True`` to the attention
+        instead of a mask, so PyTorch's fused (flash) kernel can run (chapter 10)."""
+        fused = self.config.causal and not bool((tokens == self.config.pad_id).any())
+        mask = None if fused else self.mask(tokens)
+        x = self.blocks(self.embed(tokens), mask=mask, is_causal=fused)
         return self.output(x)  # (B, L, V)
 
     def new_cache(self) -> StackCache:
@@ -222,6 +271,13 @@ class GPT(nn.Module):
         logits ``(B, L, V)`` equal ``forward(all t + L tokens)[:, -L:]``."""
         x = self.embed(tokens, start=len(cache))  # (B, L, D) at positions t..t+L-1
         return self.output(self.blocks.forward_step(x, tokens != self.config.pad_id, cache))
+
+
+def _zero_output_layers(stack: TransformerStack) -> None:
+    """Zero every block's residual-writing projections: each block starts as the identity."""
+    for block in stack.layers:
+        for layer in block.output_layers():
+            nn.init.zeros_(layer.weight)
 
 
 def count_parameters(model: nn.Module) -> int:

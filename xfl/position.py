@@ -1,6 +1,9 @@
-"""Sinusoidal positional encoding (chapters 3 and 4), as in Vaswani et al. (2017), section 3.5.
+"""Sinusoidal positional encoding (chapters 3 and 4), as in Vaswani et al. (2017), section 3.5,
+and rotary position embedding (RoPE; Su et al., 2021; chapter 10).
 
 PE[pos, 2i] = sin(pos / base^(2i/d)),  PE[pos, 2i+1] = cos(pos / base^(2i/d)).
+RoPE rotates each feature pair (2i, 2i+1) of a query or key at position m by the angle m·ω_i,
+with the same frequencies ω_i = base^(-2i/d), so q_m · k_n depends on m - n only.
 """
 
 from __future__ import annotations
@@ -45,3 +48,21 @@ def offset_rotation(k: int, d_model: int, base: float = 10000.0) -> Tensor:
     c, s = torch.cos(theta), torch.sin(theta)
     blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # (d/2, 2, 2)
     return torch.block_diag(*blocks).float()
+
+
+def rope_angles(start: int, length: int, head_dim: int, base: float = 10000.0,
+                device=None) -> Tensor:
+    """``(length, head_dim/2)`` float64 angles m·ω_i for positions m = start .. start+length-1."""
+    if head_dim % 2:
+        raise ValueError(f"rotary positions need an even head dimension, got {head_dim}")
+    omega = frequencies(head_dim, base).double().to(device)  # (d/2,)
+    positions = torch.arange(start, start + length, dtype=torch.float64, device=device)  # (L,)
+    return positions[:, None] * omega
+
+
+def apply_rope(x: Tensor, start: int = 0, base: float = 10000.0) -> Tensor:
+    """Rotate the pairs (2i, 2i+1) of ``x (..., L, d)`` at positions start.. by m·ω_i: ``(..., L, d)``."""
+    angles = rope_angles(start, x.shape[-2], x.shape[-1], base, x.device)  # (L, d/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)

@@ -1,0 +1,244 @@
+"""Chapter 10's options of the one block: RMSNorm, RoPE, SwiGLU, grouped-query attention, QK-norm,
+no biases, zero-initialised projections, the fused causal path and GPT-2's exact options.
+Models are float64 where two paths must agree (as tests/test_kv_cache.py), to 1e-9."""
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xfl.attention import MultiHeadAttention, causal_mask, repeat_kv_heads, scaled_dot_product_attention
+from xfl.blocks import FeedForward, GatedFeedForward, TransformerBlock, gated_hidden
+from xfl.decode import sample
+from xfl.model import GPT, GPTConfig, count_parameters
+from xfl.norms import RMSNorm, make_norm
+from xfl.position import apply_rope, offset_rotation
+from xfl.train import TrainConfig, lm_loss, train
+
+
+def close(a, b, atol=1e-9):
+    torch.testing.assert_close(a, b, rtol=0, atol=atol)
+
+
+# ------------------------------------------------------------------------ RMSNorm
+def test_rmsnorm_equals_torch():
+    torch.manual_seed(0)
+    mine, theirs = RMSNorm(12, eps=1e-6).double(), nn.RMSNorm(12, eps=1e-6).double()
+    with torch.no_grad():
+        mine.weight.uniform_(0.5, 1.5)
+        theirs.weight.copy_(mine.weight)
+    x = torch.randn(3, 5, 12, dtype=torch.float64) * 3 + 1
+    close(mine(x), theirs(x))
+    close((x / mine(x) * mine.weight).pow(2).mean(-1), x.pow(2).mean(-1) + 1e-6)  # divides by the rms
+
+
+def test_rmsnorm_is_layernorm_of_zero_mean_rows():
+    x = torch.randn(4, 10, dtype=torch.float64)
+    x = x - x.mean(-1, keepdim=True)
+    close(RMSNorm(10, eps=1e-5).double()(x), nn.LayerNorm(10, eps=1e-5).double()(x))
+
+
+def test_make_norm_names():
+    assert isinstance(make_norm("rms", 8), RMSNorm) and make_norm("layer", 8, bias=False).bias is None
+    with pytest.raises(ValueError, match="norm must be one of .* got 'batch'"):
+        make_norm("batch", 8)
+
+
+# --------------------------------------------------------------------------- RoPE
+def test_rope_is_chapter_4s_rotation():
+    x = torch.randn(1, 5, 8, dtype=torch.float64)
+    rotated = apply_rope(x, start=3)  # (1, 5, 8)
+    for m in range(5):  # offset_rotation's pair order is (sin, cos): rotation by -angle in (x0, x1)
+        close(rotated[0, m], offset_rotation(m + 3, 8).double().T @ x[0, m], atol=1e-6)
+
+
+def test_rope_scores_depend_only_on_the_offset():
+    torch.manual_seed(0)
+    q, k = torch.randn(16, dtype=torch.float64), torch.randn(16, dtype=torch.float64)
+    def score(m, n):
+        return apply_rope(q.expand(1, 1, 16), start=m)[0, 0] @ apply_rope(k.expand(1, 1, 16), start=n)[0, 0]
+    for m, n, shift in [(5, 2, 7), (0, 9, 100), (30, 30, 1234)]:
+        close(score(m, n), score(m + shift, n + shift))
+    assert abs(score(5, 2) - score(5, 3)) > 1e-3  # but it does depend on the offset
+
+
+def test_rope_keeps_norms_and_needs_an_even_dimension():
+    x = torch.randn(2, 7, 6, dtype=torch.float64)
+    close(apply_rope(x, 11).norm(dim=-1), x.norm(dim=-1))
+    with pytest.raises(ValueError, match="even head dimension, got 5"):
+        apply_rope(torch.randn(3, 5))
+    with pytest.raises(ValueError, match="head_dim=3"):
+        MultiHeadAttention(12, 4, rope_base=10000.0)
+
+
+# ------------------------------------------------------------ grouped-query attention
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_gqa_equals_torch_enable_gqa_and_repeated_keys(kv_heads):
+    torch.manual_seed(kv_heads)
+    mha = MultiHeadAttention(16, 4, num_kv_heads=kv_heads).double()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    q, k, v = (mha.split_heads(t) for t in mha.project(x, None, None))
+    assert q.shape == (2, 4, 6, 4) and k.shape == v.shape == (2, kv_heads, 6, 4)
+    theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    repeated = F.scaled_dot_product_attention(q, k.repeat_interleave(4 // kv_heads, 1),
+                                              v.repeat_interleave(4 // kv_heads, 1), is_causal=True)
+    ours = mha(x, mask=causal_mask(6))
+    close(ours, mha.out_proj(mha.merge_heads(theirs)))
+    close(ours, mha.out_proj(mha.merge_heads(repeated)))
+    close(mha(x, is_causal=True), ours)
+
+
+def test_one_kv_head_is_multi_query_attention():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, num_kv_heads=1, bias=False).double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    w_q, w_k, w_v = mha.in_proj.weight.split(mha.splits)
+    assert w_k.shape == w_v.shape == (4, 16)  # one shared key head, one shared value head
+    k, v = x @ w_k.T, x @ w_v.T  # (B, L, d_h), shared by every head
+    heads = [scaled_dot_product_attention(x @ w_q[4 * h:4 * h + 4].T, k, v) for h in range(4)]
+    close(mha(x), mha.out_proj(torch.cat(heads, -1)))
+
+
+def test_repeat_kv_heads_groups_and_errors():
+    x = torch.arange(3.0).view(1, 3, 1, 1)
+    assert repeat_kv_heads(x, 6).flatten().tolist() == [0, 0, 1, 1, 2, 2]
+    with pytest.raises(ValueError, match="num_heads=4 must be a multiple of the 3 kv heads"):
+        repeat_kv_heads(x, 4)
+    with pytest.raises(ValueError, match="num_kv_heads=3 must be a positive divisor of num_heads=4"):
+        MultiHeadAttention(16, 4, num_kv_heads=3)
+
+
+def test_the_cache_stores_only_kv_heads():
+    sizes = dict(vocab_size=11, d_model=16, num_heads=4, num_layers=2, dropout=0.0)
+    per_token = {}
+    for kv in (1, 2, 4):
+        model = GPT(GPTConfig(**sizes, num_kv_heads=kv)).eval()
+        cache = model.new_cache()
+        model.forward_step(torch.randint(1, 11, (3, 5)), cache)
+        per_token[kv] = cache.bytes_per_token()
+    assert per_token == {kv: 2 * 2 * kv * 4 * 4 for kv in (1, 2, 4)}  # K,V x layers x kv x d_h x 4 bytes
+
+
+# ----------------------------------------------------------- feed-forward, fused path
+def test_swiglu_by_definition_and_at_equal_parameters():
+    torch.manual_seed(0)
+    ffn = GatedFeedForward(16, 40, gate="swiglu").double()
+    x = torch.randn(2, 3, 16, dtype=torch.float64)
+    w, v = ffn.up.weight.split(40)
+    b_w, b_v = ffn.up.bias.split(40)
+    close(ffn(x), ffn.down(F.silu(x @ w.T + b_w) * (x @ v.T + b_v)))
+    for d in (256, 768):  # at d = 64 rounding 170 up to 176 costs 3%
+        gated = count_parameters(GatedFeedForward(d, gated_hidden(d), bias=False))
+        assert abs(gated / count_parameters(FeedForward(d, 4 * d, bias=False)) - 1) < 0.02
+    assert gated_hidden(4096, 256) == 11008  # LLaMA-7B's width
+
+
+def test_fused_causal_path_equals_the_mask():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, 4, dtype=torch.float64) for _ in range(3))
+    close(scaled_dot_product_attention(q, k, v, is_causal=True), scaled_dot_product_attention(q, k, v, causal_mask(7)))
+    out, w = scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True)
+    assert torch.equal(w[..., 0, 1:], torch.zeros_like(w[..., 0, 1:]))
+    with pytest.raises(ValueError, match="is_causal=True needs mask=None"):
+        scaled_dot_product_attention(q, k, v, causal_mask(7), is_causal=True)
+
+
+def test_gpt_uses_the_fused_path_only_without_padding():
+    model = GPT(GPTConfig(vocab_size=11, d_model=16, num_heads=2, num_layers=1, dropout=0.0)).double().eval()
+    seen = []
+    model.blocks.layers[0].self_attn.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs["is_causal"]), with_kwargs=True)
+    model(torch.tensor([[3, 4, 5]]))
+    model(torch.tensor([[3, 4, 0]]))
+    assert seen == [True, False]
+
+
+# ------------------------------------------------------------- GPT-2 exactness options
+def test_gpt2_options_tanh_gelu_and_unscaled_embeddings():
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=11, d_model=16, num_heads=2, num_layers=1, dropout=0.0,
+                    activation="gelu_tanh", positions="learned", scale_embedding=False)
+    model = GPT(cfg).double()
+    layer = nn.TransformerEncoderLayer(16, 2, 64, 0.0, activation=lambda x: F.gelu(x, approximate="tanh"),
+                                       batch_first=True, norm_first=True).double()
+    block = model.blocks.layers[0]
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    block.self_attn.load_state_dict(MultiHeadAttention.from_torch(layer.self_attn).state_dict())
+    block.ffn[0].load_state_dict(layer.linear1.state_dict())
+    block.ffn[3].load_state_dict(layer.linear2.state_dict())
+    close(block(x), layer(x))
+    tokens = torch.tensor([[3, 4]])
+    close(model.embed(tokens), model.embed.table(tokens) + model.embed.positions[:2])
+
+
+# --------------------------------------------------------------- every combination
+OPTIONS = dict(norm=["layer", "rms"], positions=["sinusoidal", "learned", "rope", "none"],
+               ffn=["mlp", "swiglu", "geglu"], num_kv_heads=[None, 1], qk_norm=[False, True],
+               bias=[True, False], zero_init=[False, True])
+COMBINATIONS = [dict(zip(OPTIONS, values)) for values in itertools.product(*OPTIONS.values())]
+
+
+def small_gpt(seed=0, **options):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=13, d_model=16, num_heads=4, num_layers=2, max_len=24, dropout=0.0,
+                         **options))
+
+
+@pytest.mark.parametrize("options", COMBINATIONS[::7] + [COMBINATIONS[-1]], ids=str)
+def test_every_option_combination_trains_and_decodes_alike(options):
+    model = small_gpt(**options)
+    tokens = torch.randint(1, 13, (8, 12))
+    with torch.no_grad():
+        before = lm_loss(model, tokens)[0].item()
+    train(model, lambda epoch: [tokens], lm_loss, TrainConfig(steps=5, lr=3e-3, warmup=0, progress=False,
+                                                               amp=False, compile=False, log_every=5))
+    with torch.no_grad():
+        assert lm_loss(model, tokens)[0].item() < before
+    model.eval()
+    draw = lambda cache: sample(model, tokens[:2, :3], 8, generator=torch.Generator().manual_seed(1), use_cache=cache)
+    assert torch.equal(draw(True), draw(False))
+
+
+def test_all_combinations_build_with_the_cache_equal_to_the_full_pass():
+    tokens = torch.randint(1, 13, (2, 6))
+    for options in COMBINATIONS:
+        if options["zero_init"]:
+            continue  # zero-initialised blocks are the identity: the check below would be empty
+        model = small_gpt(**options).double().eval()
+        cache, full = model.new_cache(), model(tokens)
+        steps = torch.cat([model.forward_step(tokens[:, i:i + 1], cache) for i in range(6)], dim=1)
+        close(steps, full)
+
+
+def test_zero_init_starts_every_block_as_the_identity():
+    model = small_gpt(zero_init=True, positions="none").double().eval()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    for block in model.blocks.layers:
+        close(block(x), x)
+
+
+def test_modern_preset_and_its_overrides():
+    c = GPTConfig.modern(vocab_size=11, num_heads=4)
+    assert (c.norm, c.positions, c.ffn, c.num_kv_heads, c.bias, c.qk_norm) == ("rms", "rope", "swiglu", 2, False, True)
+    assert GPTConfig.modern(vocab_size=11, num_heads=3, d_model=48).num_kv_heads == 3
+    assert GPTConfig.modern(vocab_size=11, num_kv_heads=1).num_kv_heads == 1
+    model = GPT(GPTConfig.modern(vocab_size=11, d_model=16, num_heads=4, num_layers=1))
+    assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
+    assert all(m.bias is None for m in model.modules() if isinstance(m, nn.Linear))
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("norm", "batch", "norm must be one of"), ("positions", "alibi", "positions must be one of"),
+    ("ffn", "moe", "ffn must be one of"), ("activation", "swish", "activation must be one of")])
+def test_unknown_names_are_refused(field, value, message):
+    with pytest.raises(ValueError, match=f"{message}.*got '{value}'"):
+        GPTConfig(vocab_size=11, **{field: value})
+
+
+def test_bad_head_options_are_refused_when_built():
+    with pytest.raises(ValueError, match="num_kv_heads=3 must be a positive divisor of num_heads=4"):
+        GPT(GPTConfig(vocab_size=11, d_model=16, num_heads=4, num_kv_heads=3))
+    with pytest.raises(ValueError, match="even head dimension.*head_dim=3"):
+        GPT(GPTConfig(vocab_size=11, d_model=12, num_heads=4, positions="rope"))
