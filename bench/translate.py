@@ -11,10 +11,14 @@ case-insensitive), what was chosen on the validation split (averaged or final we
 size, length penalty) and the scores that chose it, parameters, training tokens per second,
 wall time, device and the configuration; plus two CPU timings:
 
-- xfl's one-pass causal decoder vs a DLStudio-style decoder that re-runs the stack once per
-  target position (``xfl.lecture``), at B=50, L=10, d=256 (goal: >= 4.5x faster);
+- xfl's one-pass causal decoder vs the lecture's decoder, which re-runs the stack once per
+  target position (``xfl.lecture.lecture_decode``), at B=50, L=10, d=256 (goal: >= 4.5x faster);
 - ``xfl.attention.MultiHeadAttention`` vs ``torch.nn.MultiheadAttention`` forward time
   (goal: <= 1.1x torch's time).
+
+Both on one CPU thread, the two candidates interleaved (``xfl.timing.compare``): each records
+the medians, the ratio as the median of per-pair ratios with its interquartile range, and the
+verdict.
 
 Target of the GPU run: BLEU >= 45 within 10 minutes of training on one H100.
 Sentence pairs from www.manythings.org/anki and tatoeba.org (CC-BY 2.0 FR).
@@ -40,7 +44,7 @@ from xfl.checkpoint import LastWeights
 from xfl.data.tatoeba import load_pairs
 from xfl.model import Seq2SeqTransformer, count_parameters
 from xfl.lecture import time_decoders
-from xfl.timing import time_call
+from xfl.timing import compare
 from xfl.runtime import default_device, seed_everything
 from xfl.train import TrainConfig, seq2seq_loss, train
 from xfl.translation import choose_decoding, choose_weights, epoch_batches, heldout_bleu, prepare_task
@@ -101,32 +105,35 @@ def train_and_score(recipe: dict, budget: float, device: torch.device, progress:
             "config": recipe, "train_config": asdict(config)}
 
 
-def decoder_speed(repeats: int) -> dict:
-    """DLStudio-style N-pass decoder vs one causal pass, CPU, B=50, L=10, d=256 (no grad)."""
+def decoder_speed(pairs: int) -> dict:
+    """The lecture's decoder (DLStudio-style, one pass per target position) vs one causal pass,
+    CPU, B=50, L=10, d=256 (no grad), interleaved on one thread."""
     torch.manual_seed(0)
     stack = TransformerStack(2, 256, 8, cross=True).eval()
     x, memory = torch.randn(50, 10, 256), torch.randn(50, 10, 256)
-    result = time_decoders(stack, x, memory, repeats=repeats)
+    result = time_decoders(stack, x, memory, pairs=pairs).summary("lecture", "causal")
     return {"shape": "B=50, L=10, d=256, 2 decoder layers, 8 heads", **result, "goal_ratio": 4.5}
 
 
-def attention_speed(repeats: int) -> dict:
-    """xfl MultiHeadAttention vs torch.nn.MultiheadAttention, same weights, CPU forward."""
+def attention_speed(pairs: int) -> dict:
+    """xfl MultiHeadAttention vs torch.nn.MultiheadAttention, same weights, CPU forward,
+    interleaved on one thread."""
     torch.manual_seed(0)
     ref = nn.MultiheadAttention(256, 8, batch_first=True).eval()
     mine = MultiHeadAttention.from_torch(ref).eval()
     x = torch.randn(50, 32, 256)
     with torch.no_grad():
-        t_ref = time_call(lambda: ref(x, x, x, need_weights=False), repeats).median_s
-        t_mine = time_call(lambda: mine(x), repeats).median_s
-    return {"shape": "B=50, L=32, d=256, 8 heads, self-attention", "torch_s": t_ref, "xfl_s": t_mine,
-            "ratio": t_mine / t_ref, "goal_ratio": 1.1}
+        timing = compare({"xfl": lambda: mine(x), "torch": lambda: ref(x, x, x, need_weights=False)},
+                         pairs=pairs, threads=1)
+    return {"shape": "B=50, L=32, d=256, 8 heads, self-attention", **timing.summary("xfl", "torch"),
+            "goal_ratio": 1.1}
 
 
-def cpu_timings(repeats: int) -> dict:
-    """The decoder and attention timings, and the CPU they ran on."""
-    return {"decoder_speed_cpu": decoder_speed(repeats), "attention_speed_cpu": attention_speed(repeats),
-            "cpu": device_name(torch.device("cpu")), "cpu_threads": torch.get_num_threads()}
+def cpu_timings(pairs: int) -> dict:
+    """The decoder and attention timings (``pairs`` interleaved rounds each), and the CPU."""
+    decoder, attention = decoder_speed(pairs), attention_speed(pairs)
+    return {"decoder_speed_cpu": decoder, "attention_speed_cpu": attention,
+            "cpu": device_name(torch.device("cpu")), "cpu_threads": decoder["threads"]}
 
 
 def training_run(args) -> dict:

@@ -105,6 +105,9 @@ def test_ratio_is_the_median_of_per_pair_ratios(fake_clock):
     assert ratio.clear and cmp.verdict("a", "b").startswith("b is 3.00x faster than a")
     assert cmp.verdict("b", "a").startswith("b is 3.00x faster than a")
     assert "WARNING" not in cmp.report("a", "b")
+    summary = cmp.summary("a", "b")
+    assert (summary["a_s"], summary["b_s"], summary["ratio"], summary["ratio_interquartile"]) == (6, 2, 3, [2, 4])
+    assert summary["verdict"] == cmp.verdict("a", "b") and summary["threads"] == 1
 
 
 def test_a_burst_that_hits_one_pair_cancels_in_its_ratio(fake_clock):

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import causal_mask
-from .timing import time_call
+from .timing import Comparison, compare
 
 
 def zero_future_rows(x: Tensor, t: int) -> Tensor:
@@ -75,13 +75,14 @@ def causal_decode(stack: nn.Module, x: Tensor, memory: Tensor | None = None,
 
 
 # ------------------------------------------------------------------------- timing
-def time_decoders(stack: nn.Module, x: Tensor, memory: Tensor | None = None,
-                  repeats: int = 10, warmup: int = 2) -> dict:
-    """Forward time (no grad) of the N-pass and the one-pass causal decoder on the same input.
+def time_decoders(stack: nn.Module, x: Tensor, memory: Tensor | None = None, pairs: int = 10,
+                  warmup: int = 2, threads: int | None = 1) -> Comparison:
+    """Forward time (no grad) of the lecture's scheme (``lecture_decode``: L - 1 full passes)
+    against one causal pass on the same input, interleaved (``xfl.timing.compare``).
 
-    Returns ``{"n_pass_s", "causal_s", "ratio"}`` with ratio = n_pass_s / causal_s.
+    The candidates are named ``"lecture"`` and ``"causal"``: ``.ratio("lecture", "causal")``.
     """
     with torch.no_grad():
-        n_pass = time_call(lambda: n_pass_decode(stack, x, memory), repeats, warmup, x.device).median_s
-        causal = time_call(lambda: causal_decode(stack, x, memory), repeats, warmup, x.device).median_s
-    return {"n_pass_s": n_pass, "causal_s": causal, "ratio": n_pass / causal}
+        return compare({"lecture": lambda: lecture_decode(stack, x, memory),
+                        "causal": lambda: causal_decode(stack, x, memory)},
+                       pairs=pairs, warmup=warmup, threads=threads, device=x.device)

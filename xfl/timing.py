@@ -8,6 +8,7 @@ Comparing candidates (the way to say "B is faster than A")::
     from xfl.timing import compare
     cmp = compare({"loop": fn_a, "batched": fn_b}, pairs=20, warmup=2, threads=1, device=device)
     print(cmp.report("loop", "batched"))   # threads, medians, verdict, warning if unclear
+    cmp.summary("loop", "batched")          # the same as a dict, for bench/results/*.json
     r = cmp.ratio("loop", "batched")        # Ratio: median, low, high of per-pair time_a / time_b
     assert r.low > 1.5                      # assert only where the margin is far outside the spread
 
@@ -164,6 +165,14 @@ class Comparison:
 
     def verdict(self, a: str, b: str) -> str:
         return self.ratio(a, b).verdict()
+
+    def summary(self, a: str, b: str) -> dict:
+        """For a results file: the two medians (``<name>_s``), the ratio a/b and its
+        interquartile range, pairs, threads and the verdict."""
+        ratio = self.ratio(a, b)
+        return {f"{a}_s": self.median_s(a), f"{b}_s": self.median_s(b), "ratio": ratio.median,
+                "ratio_interquartile": [ratio.low, ratio.high], "pairs": ratio.pairs,
+                "threads": self.threads, "verdict": ratio.verdict()}
 
     def report(self, a: str, b: str) -> str:
         """Threads, each candidate's median, the verdict, and a warning when it is not clear."""
