@@ -80,6 +80,25 @@ def check_mask(mask: Tensor, target_shape: Sequence[int], what: str = "mask") ->
         raise ValueError(f"{what} of shape {tuple(mask.shape)} does not broadcast to {target}")
 
 
+# ------------------------------------------------------------------------ values
+def check_finite(x: Tensor, name: str, on_accelerators: bool = False) -> None:
+    """Raise ValueError when ``x`` holds NaN or inf, naming ``name`` and the first bad entry.
+
+    Checks what a caller passes in, never a training step's activations: tensors autograd tracks
+    are skipped, and so are tensors on an accelerator unless ``on_accelerators`` and autograd is
+    off (the check reads a value back, which would make a training step wait for the device)."""
+    on_cpu = x.device.type == "cpu"
+    if not x.is_floating_point() or x.requires_grad or not (on_cpu or on_accelerators):
+        return
+    if (not on_cpu and torch.is_grad_enabled()) or torch.isfinite(x.sum()):  # one cheap pass
+        return
+    bad = ~torch.isfinite(x)  # the sum is NaN or inf: find the entry (or a finite overflow)
+    if bad.any():
+        where = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(f"{name} holds {int(bad.sum())} NaN or inf value(s), the first "
+                         f"{x[where].item()} at index {where}; expected finite numbers")
+
+
 # ----------------------------------------------------------------------- attention
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     if q.shape[-1] != k.shape[-1]:
@@ -118,6 +137,9 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     Without weights PyTorch's fused kernel runs; with them, the explicit path (same function).
     ``is_causal=True`` (Lq = Lk, no mask) is the causal mask without materialising it, so the
     fused kernel can skip the masked half (chapter 10).
+    Values are not checked here (the inner loop of every model; ``MultiHeadAttention`` checks
+    its inputs): a NaN query's output row is what the fused kernel gives (zeros on the CPU) on
+    both paths, and its weights row is NaN, so the flag only adds output.
     """
     _check_qkv(q, k, v)
     if is_causal:
@@ -130,7 +152,15 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
         weights = attention_weights(q, k, mask)
         if dropout_p > 0:
             weights = F.dropout(weights, dropout_p)
-        return weights @ v, weights  # (..., Lq, dv), (..., Lq, Lk)
+        out = weights @ v  # (..., Lq, dv)
+        if q.isnan().any():  # NaN rows: the fused kernel's output, so the flag only adds output
+            out = _fused_attention(q, k, v, mask, dropout_p)
+        return out, weights  # (..., Lq, dv), (..., Lq, Lk)
+    return _fused_attention(q, k, v, mask, dropout_p)
+
+
+def _fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
+    """PyTorch's fused kernel; rows with no allowed key give zeros. ``(..., Lq, dv)``."""
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
     open_mask, has_key = _safe_mask(mask)
@@ -273,6 +303,8 @@ class MultiHeadAttention(nn.Module):
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x is not None and (x.ndim != 3 or x.shape[-1] != self.d_model):
                 raise ValueError(f"{name} must be (B, L, {self.d_model}), got {tuple(x.shape)}")
+            if x is not None:
+                check_finite(x, name)
         if key is not None and value is not None and key.shape[:2] != value.shape[:2]:
             raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} need the same (B, Lk)")
         other = key if key is not None else value

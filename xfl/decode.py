@@ -21,19 +21,45 @@ of each returned sequence (EOS included when it was produced).
 
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
 from typing import Sequence
 
 import torch
 from torch import Tensor, nn
 
+from .model import check_token_ids
 from .modes import eval_mode
 
 
-def _check(src: Tensor, max_len: int) -> None:
-    if src.ndim != 2:
-        raise ValueError(f"src must be (B, S) token ids, got shape {tuple(src.shape)}")
+def _vocab(model: nn.Module, field: str) -> int | None:
+    """``model.config.<field>`` (a vocabulary size), or None for a model without one."""
+    return getattr(getattr(model, "config", None), field, None)
+
+
+def _check_ids(vocab: int | None, **ids) -> None:
+    """Each named token id (or sequence of ids) must be an int in ``[0, vocab)``."""
+    for name, value in ids.items():
+        for i in (value if isinstance(value, (list, tuple)) else [value]):
+            if not _is_int(i) or i < 0 or (vocab and i >= vocab):
+                expected = f"[0, {vocab - 1}] (a vocabulary of {vocab})" if vocab else ">= 0"
+                raise ValueError(f"{name} must be an int token id in {expected}, got {i!r}")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, Integral) and not isinstance(x, bool)
+
+
+def _check(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int,
+           banned: Sequence[int]) -> None:
+    if not isinstance(src, Tensor) or src.ndim != 2 or src.shape[1] == 0:
+        shape = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
+        raise ValueError(f"src must be (B, S) token ids with S >= 1, got shape {shape}")
+    if src.numel() and _vocab(model, "src_vocab"):
+        check_token_ids(src, _vocab(model, "src_vocab"), "src token ids", read_back=True)
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")
+    _check_ids(_vocab(model, "tgt_vocab"), sos=sos, eos=eos, pad=pad, banned=tuple(banned))
 
 
 def _strip(seq: list[int], eos: int, pad: int) -> list[int]:
@@ -79,7 +105,7 @@ def greedy_decode(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: in
     ``(hypotheses, scores)``: B lists of ids, and ``(B,)`` summed log-probabilities of the
     chosen tokens.
     """
-    _check(src, max_len)
+    _check(model, src, max_len, sos, eos, pad, banned)
     with eval_mode(model):
         tgt, scores = _greedy(model, src, max_len, sos, eos, pad, (pad, sos, *banned), use_cache)
     return [_strip(row, eos, pad) for row in tgt[:, 1:].tolist()], scores
@@ -131,7 +157,7 @@ def beam_search(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int,
     (same output, less work). Returns ``(hypotheses, scores)`` like ``greedy_decode`` (scores
     are the unnormalised log-probabilities).
     """
-    _check(src, max_len)
+    _check(model, src, max_len, sos, eos, pad, banned)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     with eval_mode(model):
@@ -197,11 +223,29 @@ def sample(model: nn.Module, prefix: Tensor, max_new: int, temperature: float = 
     as without a cache (its positions shift, so cached keys would be stale). Same tokens either
     way for the same ``generator``. Returns ``(B, L + n)`` with n <= max_new.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    _check_sampling(model, prefix, max_new, temperature, top_k, eos)
     with eval_mode(model):
         cache = model.new_cache() if use_cache and _can_cache(model) else None
         return _sample(model, prefix, max_new, temperature, top_k, eos, generator, cache)
+
+
+def _check_sampling(model: nn.Module, prefix: Tensor, max_new: int, temperature: float,
+                    top_k: int | None, eos: int | None) -> None:
+    if not isinstance(prefix, Tensor) or prefix.ndim != 2 or prefix.shape[1] == 0:
+        shape = tuple(prefix.shape) if isinstance(prefix, Tensor) else type(prefix).__name__
+        raise ValueError(f"prefix must be (B, L) token ids with L >= 1 (at least one token to "
+                         f"continue), got shape {shape}")
+    vocab = _vocab(model, "vocab_size")
+    if vocab:
+        check_token_ids(prefix, vocab, "prefix token ids", read_back=True)
+    if not _is_int(max_new) or max_new < 0:
+        raise ValueError(f"max_new must be an int >= 0 (tokens to add), got {max_new!r}")
+    if not (isinstance(temperature, Real) and 0 < temperature < math.inf):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if eos is not None:
+        _check_ids(vocab, eos=eos)
 
 
 def _can_cache(model: nn.Module) -> bool:

@@ -35,6 +35,28 @@ POSITIONS = ("sinusoidal", "learned", "rope", "none")
 ADDED_POSITIONS = ("sinusoidal", "learned")  # the codes added to the embedding; rope rotates q, k
 
 
+def check_token_ids(tokens: Tensor, vocab_size: int, name: str = "token ids",
+                    read_back: bool | None = None) -> None:
+    """Raise ValueError unless ``tokens`` is an integer tensor of ids in ``[0, vocab_size)``.
+
+    The range is read on the CPU, and on an accelerator with ``read_back`` (None: when autograd
+    is off, i.e. inference); a training step on an accelerator skips it, since reading it back
+    would make the step wait.
+    """
+    if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.is_complex() \
+            or tokens.dtype == torch.bool:
+        got = tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise ValueError(f"{name} must be an integer tensor, got {got}")
+    read_back = not torch.is_grad_enabled() if read_back is None else read_back
+    if tokens.numel() == 0 or (tokens.device.type != "cpu" and not read_back):
+        return
+    low, high = tokens.aminmax()
+    if low < 0 or high >= vocab_size:
+        bad = int(low) if low < 0 else int(high)
+        raise ValueError(f"{name} must lie in [0, {vocab_size - 1}] (a vocabulary of {vocab_size}), "
+                         f"got {bad}")
+
+
 class TokenEmbedding(nn.Module):
     """Token ids ``(B, L)`` -> ``(B, L, D)``: √D · embedding + position, dropout.
 
@@ -66,6 +88,7 @@ class TokenEmbedding(nn.Module):
         self.scale = math.sqrt(d_model) if scale else 1.0
 
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
+        check_token_ids(tokens, self.table.num_embeddings)
         end = start + tokens.shape[-1]
         if end > self.max_len:
             raise ValueError(f"sequence length {end} exceeds max_len={self.max_len}")

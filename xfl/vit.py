@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .attention import check_finite
 from .attention_maps import record_attention
 from .blocks import TransformerStack
 
@@ -27,6 +28,17 @@ def _check_images(images: Tensor, patch_size: int) -> None:
     H, W = images.shape[-2:]
     if H % patch_size or W % patch_size:
         raise ValueError(f"image size {H}x{W} is not divisible by patch_size={patch_size}")
+
+
+def _check_pixels(images: Tensor, channels: int) -> None:
+    """Float images with ``channels`` channels and finite pixels (uint8 must be normalised first)."""
+    if not images.is_floating_point():
+        raise ValueError(f"images must be floating point, got {images.dtype}; convert uint8 pixels "
+                         f"first (e.g. xfl.data.cifar.normalize)")
+    if images.shape[1] != channels:
+        raise ValueError(f"images must have {channels} channels (in_channels), got {images.shape[1]} "
+                         f"in shape {tuple(images.shape)}")
+    check_finite(images, "images", on_accelerators=True)
 
 
 def patchify(images: Tensor, patch_size: int) -> Tensor:
@@ -67,6 +79,7 @@ class PatchEmbedding(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         _check_images(images, self.patch_size)
+        _check_pixels(images, self.proj.in_channels)
         return self.proj(images).flatten(2).transpose(1, 2)  # (B, D, rows, cols) -> (B, N, D)
 
     def as_linear(self) -> nn.Linear:

@@ -1,0 +1,154 @@
+"""Bad inputs to the public API give a ValueError naming the bad value and what was expected
+(issue 39; the table is in DEVELOPERS.md, "Reliability: bad inputs"). Each test is one case."""
+
+import math
+
+import pytest
+import torch
+
+from xfl.attention import MultiHeadAttention, scaled_dot_product_attention
+from xfl.decode import beam_search, greedy_decode, sample
+from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+from xfl.vit import ViT, ViTConfig
+
+PAD, SOS, EOS, VOCAB = 0, 1, 2, 11
+
+
+def seq2seq():
+    torch.manual_seed(0)
+    return Seq2SeqTransformer(Seq2SeqConfig(src_vocab=VOCAB, tgt_vocab=VOCAB, d_model=16, num_heads=2,
+                                            num_encoder_layers=1, num_decoder_layers=1, max_len=16))
+
+
+def gpt():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=VOCAB, d_model=16, num_heads=2, num_layers=1, max_len=16))
+
+
+def vit():
+    torch.manual_seed(0)
+    return ViT(ViTConfig(image_size=8, patch_size=4, num_classes=2, d_model=16, num_heads=2,
+                         num_layers=1, d_hidden=32))
+
+
+def tokens(*rows):
+    return torch.tensor(rows)
+
+
+# ------------------------------------------------------------------ token ids
+def test_seq2seq_token_beyond_the_vocabulary():
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 10\] \(a vocabulary of 11\), got 11"):
+        seq2seq()(tokens([3, 11]), tokens([1, 4]))
+
+
+def test_seq2seq_negative_token():
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 10\].*got -1"):
+        seq2seq()(tokens([3, 4]), tokens([1, -1]))
+
+
+def test_seq2seq_float_tokens():
+    with pytest.raises(ValueError, match="token ids must be an integer tensor, got torch.float32"):
+        seq2seq()(torch.tensor([[3.0, 4.0]]), tokens([1, 4]))
+
+
+def test_gpt_token_beyond_the_vocabulary():
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 10\].*got 50"):
+        gpt()(tokens([3, 50]))
+
+
+def test_greedy_decode_source_token_beyond_the_vocabulary():
+    with pytest.raises(ValueError, match=r"src token ids must lie in \[0, 10\].*got 12"):
+        greedy_decode(seq2seq(), tokens([3, 12]), max_len=4, sos=SOS, eos=EOS)
+
+
+def test_greedy_decode_sos_beyond_the_vocabulary():
+    with pytest.raises(ValueError, match=r"sos must be an int token id in \[0, 10\].*got 11"):
+        greedy_decode(seq2seq(), tokens([3, 4]), max_len=4, sos=VOCAB, eos=EOS)
+
+
+def test_beam_search_eos_beyond_the_vocabulary():
+    with pytest.raises(ValueError, match=r"eos must be an int token id in \[0, 10\].*got 99"):
+        beam_search(seq2seq(), tokens([3, 4]), max_len=4, sos=SOS, eos=99)
+
+
+def test_sample_prefix_token_beyond_the_vocabulary():
+    with pytest.raises(ValueError, match=r"prefix token ids must lie in \[0, 10\].*got 11"):
+        sample(gpt(), tokens([1, 11]), max_new=3)
+
+
+def test_sample_empty_prefix():
+    with pytest.raises(ValueError, match=r"prefix must be \(B, L\) token ids with L >= 1.*got shape \(2, 0\)"):
+        sample(gpt(), torch.zeros(2, 0, dtype=torch.long), max_new=3)
+
+
+@pytest.mark.parametrize("top_k", [0, -1])
+def test_sample_top_k_below_one(top_k):
+    with pytest.raises(ValueError, match=rf"top_k must be None or an int >= 1, got {top_k}"):
+        sample(gpt(), tokens([1, 4]), max_new=3, top_k=top_k)
+
+
+@pytest.mark.parametrize("temperature", [math.nan, math.inf, 0.0])
+def test_sample_temperature_not_finite_and_positive(temperature):
+    with pytest.raises(ValueError, match=rf"temperature must be a finite number > 0, got {temperature}"):
+        sample(gpt(), tokens([1, 4]), max_new=3, temperature=temperature)
+
+
+def test_sample_negative_max_new():
+    with pytest.raises(ValueError, match=r"max_new must be an int >= 0 \(tokens to add\), got -1"):
+        sample(gpt(), tokens([1, 4]), max_new=-1)
+
+
+def test_sample_zero_new_tokens_returns_the_prefix():
+    """max_new=0 is a request for nothing more, not an error."""
+    prefix = tokens([1, 4])
+    assert torch.equal(sample(gpt(), prefix, max_new=0), prefix)
+
+
+# ------------------------------------------------------------ non-finite values
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_multi_head_attention_non_finite_input(bad):
+    x = torch.randn(2, 5, 16)
+    x[1, 3, 7] = bad
+    with pytest.raises(ValueError, match=rf"query holds 1 NaN or inf value\(s\), the first {bad} at "
+                                         r"index \(1, 3, 7\); expected finite numbers"):
+        MultiHeadAttention(16, 2)(x)
+
+
+def test_multi_head_attention_does_not_check_tracked_activations():
+    """Inside a training step the inputs are activations autograd tracks: not checked (the check
+    would cost every attention call), so NaN propagates to the output as NaN."""
+    x = torch.randn(2, 5, 16)
+    x[0, 0, 0] = math.nan
+    out = MultiHeadAttention(16, 2)(x.requires_grad_())
+    assert out[0].isnan().all() and not out[1].isnan().any()
+
+
+def test_vit_nan_image():
+    images = torch.rand(2, 3, 8, 8)
+    images[0, 1, 2, 3] = math.nan
+    with pytest.raises(ValueError, match=r"images holds 1 NaN or inf value\(s\), the first nan at index \(0, 1, 2, 3\)"):
+        vit()(images)
+
+
+def test_scaled_dot_product_attention_nan_query_same_output_with_weights():
+    """The flag only adds output: a NaN query row gets the fused kernel's output on both paths
+    (the function is every model's inner loop and checks no values), and its weights are NaN."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, generator=g) for _ in range(3))
+    q[1, 2, 5] = math.nan
+    plain = scaled_dot_product_attention(q, k, v)
+    out, weights = scaled_dot_product_attention(q, k, v, return_weights=True)
+    torch.testing.assert_close(out, plain, equal_nan=True)
+    assert weights[1, 2].isnan().all() and not weights[0].isnan().any()
+    torch.testing.assert_close(out[0], (weights @ v)[0])
+
+
+# --------------------------------------------------------------------- images
+def test_vit_one_channel_images():
+    with pytest.raises(ValueError, match=r"images must have 3 channels \(in_channels\), got 1 in shape \(2, 1, 8, 8\)"):
+        vit()(torch.rand(2, 1, 8, 8))
+
+
+def test_vit_uint8_images():
+    with pytest.raises(ValueError, match="images must be floating point, got torch.uint8; convert uint8"):
+        vit()(torch.zeros(2, 3, 8, 8, dtype=torch.uint8))
