@@ -83,6 +83,16 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
             "ignore_index=pad_id)", CROSS_ENTROPY, "torch.nn.CrossEntropyLoss.forward"]},
         "q5": {"causal_padding_mask": ["xfl.attention.causal_padding_mask"]},
     },
+    "ch11_attention_at_scale": {
+        "q1": {"merge": ["xfl.tiled_attention.merge_partials", "xfl.tiled_attention.rescale"]},
+        "q2": {"tiled_attention": [
+            "lambda q, k, v, block: xfl.tiled_attention.tiled_attention(q, k, v, block_q=block, block_k=block)",
+            "xfl.tiled_attention.tiled_attention", "xfl.tiled_attention.tiled_attention_forward",
+            "xfl.tiled_attention.merge_partials", "xfl.tiled_attention.block_partial", *ATTENTION]},
+        "q3": {"causal_tiles": ["xfl.tiled_attention.causal_block_counts"]},
+        "q4": {"explicit_peak_bytes": [None, "xfl.tiled_attention.explicit_attention_bytes"],
+               "longest_sequence": [None, "xfl.tiled_attention.explicit_attention_bytes"]},
+    },
     "ch045_subwords": {  # questions 2 to 4 ask for more than xfl.bpe returns
         "q1": {"count_pairs": [
             "lambda corpus: dict(sum((collections.Counter({p: c * n for p, c in xfl.bpe.pairs_of(s).items()}) "

@@ -1,4 +1,4 @@
-"""Scaled dot-product attention, multi-head attention and every mask (chapters 1-5, 8; built in
+"""Scaled dot-product attention, multi-head attention and every mask (chapters 1-5, 8, 11; built in
 chapters 1-3).
 
 One implementation serves self-attention, cross-attention, the causal decoder, the

@@ -1,4 +1,4 @@
-"""Peak memory of one call, on the CPU as on a GPU.
+"""Peak memory of one call, on the CPU as on a GPU (chapter 11).
 
 On CUDA the caching allocator keeps the statistics (``torch.cuda.max_memory_allocated``). The
 CPU has no such counter, so the profiler records every allocation and free
@@ -29,9 +29,11 @@ def _stderr_silenced():
 
 
 @contextmanager
-def quiet_profile(**kwargs):
-    """``torch.profiler.profile`` over the CPU, without its log lines on stderr."""
-    with _stderr_silenced(), profile(activities=[ProfilerActivity.CPU], **kwargs) as prof:
+def quiet_profile(cuda: bool = False, **kwargs):
+    """``torch.profiler.profile`` over the CPU (and CUDA kernels with ``cuda``), without its log
+    lines on stderr; ``kwargs`` go to ``profile``."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with _stderr_silenced(), profile(activities=activities, **kwargs) as prof:
         yield prof
 
 

@@ -1,6 +1,6 @@
 """Attention without the L×L matrix: the online softmax, a tiled forward pass that keeps a
 running maximum, sum and log-sum-exp, causal block skipping, and which of PyTorch's fused
-kernels runs a call.
+kernels runs a call (chapter 11).
 
 Plain PyTorch, written to be read and tested on a CPU: the algorithm of FlashAttention
 (Dao et al., 2022), not its speed. Masks follow ``xfl.attention``: bool, True = may attend;
