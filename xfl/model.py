@@ -1,4 +1,4 @@
-"""Whole models built from ``xfl.blocks`` (chapters 5, 6 and 9: the encoder-decoder of
+"""Whole models built from ``xfl.blocks`` (chapters 5, 6, 9 and 11: the encoder-decoder of
 chapters/ch05_encoder_decoder/translation.md and the decoder-only model of chapter 9).
 
 ``Seq2SeqTransformer`` is the encoder-decoder of Vaswani et al. (2017): an encoder stack
