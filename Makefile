@@ -1,6 +1,8 @@
 # The two commands of the README:
 #   make book   creates .venv, installs, executes every chapter and builds the HTML book
-#   make test   creates .venv, installs, runs every test (unit, notebooks, book, browser, grading)
+#   make test   creates .venv, installs, runs every test (unit, notebooks, book, browser, grading);
+#               each chapter is executed once, by nbval on the Colab-like kernel, and that run
+#               serves the Colab-like checks and the book build too (tools/nbrecord.py)
 # XFL_FAST=1 selects the fast profile (seconds per chapter on a CPU); `make test` always sets it.
 # `make book` runs the full profile where nvidia-smi finds a GPU, the fast one elsewhere;
 # XFL_FAST=0 or XFL_FAST=1 on the command line overrides that choice.
@@ -24,7 +26,8 @@ NPM     := $(shell command -v npm 2>/dev/null)
 ASSETS  := $(if $(NPM),vendor,cdn)
 XFL_FAST ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 1)
 
-.PHONY: book test sync vendor browser-deps exercises exercise-pages grade bench-translate bench-timings bench-vit bench-bpe bench-decode clean
+RUN_DIR := _build/test-run
+.PHONY: book test test-setup colab-base colab-env sync vendor browser-deps exercises exercise-pages grade bench-translate bench-timings bench-vit bench-bpe bench-decode clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,8 +82,26 @@ book: $(STAMP) $(if $(NPM),$(VENDOR)) exercise-pages
 device-wheels: $(STAMP)
 	$(BIN)/python -m tools.device_wheels
 
-test: $(STAMP) $(VENDOR) exercise-pages browser-deps
-	XFL_FAST=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) chapters -p no:cacheprovider
+# The Colab-like environment (.venv-colab, kept between runs) with this checkout's xfl installed
+# as the chapters' first cell installs it, registered as the kernel xfl-colab-like in $(RUN_DIR).
+# Colab's packages install beside .venv; xfl after it (two builds of xfl in one tree would collide).
+colab-base:
+	$(PYTHON) -m tools.colab_env
+colab-env: $(STAMP) colab-base
+	$(PYTHON) -m tools.colab_env prepare
+
+# Everything the tests need, built side by side: both environments, npm, Chromium, exercises.
+test-setup: $(STAMP) $(VENDOR) exercise-pages browser-deps colab-env
+
+# nbval runs each chapter once, on the Colab-like kernel, and records it under $(RUN_DIR)/executed;
+# the Colab-like checks and the book build read those records (tools/nbrecord.py). Longest
+# chapters first, then the book's checks, then the rest (tools/run_order.py).
+test:
+	$(MAKE) -j4 --output-sync=target test-setup
+	XFL_FAST=1 OMP_NUM_THREADS=1 JUPYTER_PATH=$(CURDIR)/$(RUN_DIR)/jupyter $(BIN)/python -m pytest \
+	  -n $(JOBS) --dist loadfile -p tools.nbrecord --xfl-record $(RUN_DIR)/executed \
+	  --nbval-kernel-name xfl-colab-like tests --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) \
+	  chapters -p no:cacheprovider
 
 # Benchmarks: train within a fixed time budget (meant for a GPU), or time on the CPU
 # (bench-timings); each writes bench/results/*.json

@@ -1,8 +1,11 @@
-"""Shared fixtures: the book, built once per test run.
+"""Shared fixtures: the book, built once per test run, and the chapters' executed notebooks.
 
 `built_book` runs `jupyter-book build -W -n --keep-going` (warnings are errors) with the fast
-profile into a temporary folder and returns the HTML folder. Under pytest-xdist every worker asks
-for it; a file lock lets the first one build and the others reuse its result (or its failure).
+profile into a temporary folder and returns the HTML folder. The chapters that this run executes
+under nbval while recording them (`make test`: ``-p tools.nbrecord --xfl-record DIR``) are
+rendered from those executed notebooks, once nbval has run them, instead of being executed again;
+the others are executed by the build. Under pytest-xdist every worker asks for it; a file lock
+lets the first one build and the others reuse its result (or its failure).
 Set ``XFL_BOOK_HTML`` to an already built ``_build/html`` folder to skip the build while
 working on the tests themselves.
 """
@@ -16,12 +19,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 import yaml
 from filelock import FileLock
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tools import nbrecord  # noqa: E402
+from tools.book_config import add_report, book_config  # noqa: E402
+from tools.executed import RUN_META  # noqa: E402
+from xfl.files import write_text_atomic  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -89,41 +100,49 @@ def _log_tail(log: str) -> str:
     return "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
 
 
-def _build(out: Path) -> tuple[int, str]:
-    """Build the book into `out`; return the exit status and the combined log."""
+def _build(out: Path, executed: dict[str, tuple[Path, str]]) -> tuple[int, str]:
+    """Build the book into `out`, rendering the ``executed`` chapters from their notebooks;
+    return the exit status and the combined log."""
     vendor = REPO_ROOT / "book" / "vendor" / "mathjax" / "tex-chtml.js"
     if not vendor.exists():
         return 1, f"{vendor} is missing: run `make vendor` first (the book serves MathJax itself)."
-    cmd = [_jupyter_book(), "build", "-W", "-n", "--keep-going", "--path-output", str(out), "."]
+    config = book_config(load_config(), fast=True, vendored=True, executed=executed)
+    add_report(config, {chapter: "rendered from this run's nbval execution" if chapter in executed
+                        else "executed now in the fast profile" for chapter in chapter_files()})
+    write_text_atomic(out / "book_config.yml", yaml.safe_dump(config, sort_keys=False))
+    cmd = [_jupyter_book(), "build", "-W", "-n", "--keep-going", "--config", str(out / "book_config.yml"),
+           "--path-output", str(out), "."]
     env = {**os.environ, "XFL_FAST": "1"}
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=BUILD_TIMEOUT_S)
     return proc.returncode, ANSI_COLOUR.sub("", proc.stdout)
 
 
-def _build_once(shared: Path) -> tuple[int, str]:
+def _build_once(shared: Path, executed: dict[str, tuple[Path, str]]) -> tuple[int, str]:
     """Build into `shared` unless another worker already did; return its status and log."""
     shared.mkdir(parents=True, exist_ok=True)
     status_file, log_file = shared / "status", shared / "build.log"
     with FileLock(str(shared / "build.lock")):
         if not status_file.exists():
-            status, log = _build(shared)
+            status, log = _build(shared, executed)
             log_file.write_text(log, encoding="utf-8")
             status_file.write_text(str(status), encoding="utf-8")
     return int(status_file.read_text()), log_file.read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="session")
-def built_book(tmp_path_factory) -> BuiltBook:
+def built_book(request, tmp_path_factory) -> BuiltBook:
     """The book built once for the whole run (shared between xdist workers)."""
     prebuilt = os.environ.get("XFL_BOOK_HTML")
     if prebuilt:
         return BuiltBook(html=Path(prebuilt).resolve(), log="")
+    executed = {chapter: (path, nb.metadata[RUN_META]["source_sha256"])
+                for chapter, (path, nb) in recorded_chapters(request).items()}
     if "PYTEST_XDIST_WORKER" not in os.environ:  # no xdist: a private folder
-        status, log = _build(out := tmp_path_factory.mktemp("book"))
+        status, log = _build(out := tmp_path_factory.mktemp("book"), executed)
     else:  # xdist: the workers' common parent folder belongs to this run only
         out = tmp_path_factory.getbasetemp().parent / "xfl-book"
-        status, log = _build_once(out)
+        status, log = _build_once(out, executed)
     if status != 0:
         problems = "\n".join(sphinx_problems(log)) or "(none reported)"
         pytest.fail(f"jupyter-book build failed (exit {status}).\nWarnings and errors:\n{problems}"
@@ -134,3 +153,29 @@ def built_book(tmp_path_factory) -> BuiltBook:
 def sphinx_problems(log: str) -> list[str]:
     """The lines of a build log that report a Sphinx warning or error."""
     return [line for line in log.splitlines() if SPHINX_PROBLEM.search(line)]
+
+
+def recorded_chapters(request) -> dict[str, tuple[Path, nbformat.NotebookNode]]:
+    """``{chapter: (record, notebook)}`` for the chapters this run executes under nbval while
+    recording them, each once its run is written; fails the test if one failed or never comes."""
+    records = nbrecord.recorded(request.config, request.session.items)
+    found = {}
+    for chapter in chapter_files():
+        if chapter in records:
+            try:
+                found[chapter] = records[chapter], nbrecord.wait_for(records[chapter], BUILD_TIMEOUT_S)
+            except nbrecord.RecordError as error:
+                pytest.fail(str(error), pytrace=False)
+    return found
+
+
+def chapter_run(request, chapter: str, kernel: str) -> nbformat.NotebookNode:
+    """The executed notebook of ``chapter``: this run's nbval execution if it records it (on the
+    kernel it names), else executed now on ``kernel`` (a test file run on its own)."""
+    records = nbrecord.recorded(request.config, request.session.items)
+    if chapter not in records:
+        return nbrecord.execute_now(REPO_ROOT / f"{chapter}.ipynb", kernel, load_config()["execute"]["timeout"])
+    try:
+        return nbrecord.wait_for(records[chapter], BUILD_TIMEOUT_S)
+    except nbrecord.RecordError as error:
+        pytest.fail(str(error), pytrace=False)

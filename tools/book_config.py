@@ -13,7 +13,9 @@ Three things change with the build, and this tool writes the variant:
   from stored outputs and which are executed, and why.
 
 The profile is the one the chapters will run (`xfl.runtime.fast_profile`: `XFL_FAST`, else the
-device). Usage (from the repository root; `make book` runs it):
+device). The configuration it writes also loads `tools/book_report.py`: the build ends by
+printing, per chapter, where its outputs came from and how long it took, then the total.
+Usage (from the repository root; `make book` runs it):
     XFL_FAST=1 python -m tools.book_config --assets vendor -o _build/book_config.yml
 """
 
@@ -35,9 +37,11 @@ FULL_PROFILE_CELL_TIMEOUT_S = 3600  # a full-profile training cell on a T4 takes
 VENDORED_KEYS = ("html_static_path", "mathjax_path", "nb_ipywidgets_js")
 
 
-def book_config(base: dict, fast: bool, vendored: bool, stored: list[ChapterState] = ()) -> dict:
+def book_config(base: dict, fast: bool, vendored: bool, stored: list[ChapterState] = (),
+                executed: dict[str, tuple[Path, str]] | None = None) -> dict:
     """``base`` (the parsed `_config.yml`) adjusted for the profile, the script source and the
-    chapters whose ``stored`` outputs are rendered instead of executed (fresh ones only)."""
+    chapters rendered from notebooks instead of executed: the fresh ``stored`` ones and the
+    ``executed`` ones (``{chapter: (notebook, sha256 of its source)}``, this test run's)."""
     config = copy.deepcopy(base)
     if not fast:
         config["execute"]["timeout"] = FULL_PROFILE_CELL_TIMEOUT_S
@@ -47,22 +51,30 @@ def book_config(base: dict, fast: bool, vendored: bool, stored: list[ChapterStat
             sphinx.pop(key, None)
     if stored:
         render_stored(config, stored)
+    if executed:
+        render_notebooks(config, executed)
     return config
 
 
 def render_stored(config: dict, stored: list[ChapterState]) -> None:
-    """Exclude the stored chapters from execution; read each from its stored notebook."""
+    """Render the fresh stored chapters from their stored notebooks."""
     if any(state.state != "fresh" for state in stored):
         raise ValueError(f"only fresh stored outputs are rendered, got {[s.state for s in stored]}")
-    sources = [f"{state.chapter}.md" for state in stored]
-    config["execute"]["exclude_patterns"] = config["execute"].get("exclude_patterns", []) + sources
+    render_notebooks(config, {s.chapter: (s.stored, s.meta["source_sha256"]) for s in stored})
+
+
+def render_notebooks(config: dict, notebooks: dict[str, tuple[Path, str]]) -> None:
+    """Exclude these chapters from execution; myst-nb reads each from its executed notebook,
+    which `tools.executed.read_stored` refuses once the source no longer has that sha256."""
+    sources = [f"{chapter}.md" for chapter in notebooks]
+    execute = config["execute"]
+    execute["exclude_patterns"] = [p for p in execute.get("exclude_patterns", []) if p not in sources] + sources
     # myst-nb reads a source with the custom format whose key ends its path; Sphinx matches
     # suffixes against file names only, so a key with a "/" is no source suffix to it.
-    config["sphinx"]["config"]["nb_custom_formats"] = {
-        f"/{source}": ["tools.executed.read_stored",
-                       {"stored": str(state.stored.resolve()), "sha256": state.meta["source_sha256"]},
-                       False]
-        for source, state in zip(sources, stored)}
+    formats = config["sphinx"]["config"].setdefault("nb_custom_formats", {})
+    for source, (notebook, sha256) in zip(sources, notebooks.values()):
+        formats[f"/{source}"] = ["tools.executed.read_stored",
+                                 {"stored": str(Path(notebook).resolve()), "sha256": sha256}, False]
     config["sphinx"].setdefault("local_extensions", {})["tools.executed"] = str(ROOT)
 
 
@@ -72,6 +84,21 @@ def announce(states: list[ChapterState], fast: bool) -> None:
     for state in states:
         how = "rendering" if state.state == "fresh" else f"executing ({profile} profile)"
         print(f"book: {how:26} {state.chapter}: {state.reason()}")
+
+
+def origin(state: ChapterState, fast: bool) -> str:
+    """Where the book's outputs of a chapter come from, for the report after the build."""
+    if state.state == "fresh":
+        return (f"stored outputs of a {state.meta.get('profile')} profile run on "
+                f"{state.meta.get('device_name') or state.meta.get('device')}, {state.meta.get('executed')}")
+    return f"executed now in the {'fast' if fast else 'full'} profile"
+
+
+def add_report(config: dict, origins: dict[str, str]) -> None:
+    """Make the build end with each chapter's origin (``{chapter: origin}``) and time, then the
+    total (tools/book_report.py)."""
+    config["sphinx"]["config"]["xfl_chapter_origins"] = origins
+    config["sphinx"].setdefault("local_extensions", {})["tools.book_report"] = str(ROOT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     announce(states, fast)
     config = book_config(base, fast=fast, vendored=args.assets == "vendor",
                          stored=[state for state in states if state.state == "fresh"])
+    add_report(config, {state.chapter: origin(state, fast) for state in states})
     args.output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.output, "# Written by tools/book_config.py from _config.yml: edit that.\n"
                       + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))

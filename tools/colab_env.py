@@ -4,11 +4,17 @@ The chapters' first cell runs ``%pip install -q "xfl @ git+<repository>"`` on Co
 builds a virtual environment holding Colab's preinstalled packages (the list below), cached
 between runs in ``.venv-colab/`` (or ``$XFL_COLAB_ENV``) and rebuilt only when the list changes,
 then installs exactly
-the requirements of that first cell, with the repository URL replaced by this checkout. The
-test suite then runs every chapter in it (``tests/test_colab.py``).
+the requirements of that first cell, with the repository URL replaced by this checkout.
+
+`make test` runs ``prepare``: it records the environment's packages before and after that install
+(``_build/test-run/colab-env.json``) and registers the environment as the Jupyter kernel
+``xfl-colab-like`` (under ``_build/test-run/jupyter``), on which nbval runs every chapter; the
+checks of ``tests/test_colab.py`` read that record and the executed chapters. Standard library
+only (and ``xfl.files``): it runs beside the build of ``.venv``.
 
 Usage (from the repository root):
-    python -m tools.colab_env        # create or update .venv-colab, print its python
+    python -m tools.colab_env            # create or update .venv-colab, print its python
+    python -m tools.colab_env prepare    # ... install this checkout's xfl, record, register
 """
 
 from __future__ import annotations
@@ -22,8 +28,14 @@ import sys
 import venv
 from pathlib import Path
 
+from xfl.files import write_text_atomic  # xfl's own modules import torch; this one does not
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ENV = Path(os.environ.get("XFL_COLAB_ENV", ROOT / ".venv-colab"))
+KERNEL = "xfl-colab-like"
+RUN_DIR = ROOT / "_build" / "test-run"
+RECORD = RUN_DIR / "colab-env.json"  # what `prepare` installed, and where
+KERNELS = RUN_DIR / "jupyter"  # a JUPYTER_PATH entry holding kernels/xfl-colab-like
 
 # What Colab preinstalls and the chapters use (checked 2026-11: ../shared/TOOLING.md). torch and
 # torchvision are whatever pip picks, as Colab ships recent releases; ipywidgets is Colab's 7.7.1;
@@ -80,8 +92,53 @@ def install_chapter_requirements(env: Path, requirements: list[str]) -> None:
     _pip(env, "install", "-q", "--no-cache-dir", *requirements)  # pip caches the wheel by path
 
 
-def main() -> int:
-    print(ensure_preinstalled())
+def chapter_notebooks(root: Path = ROOT) -> list[Path]:
+    """Every chapter notebook (``chapters/<folder>/<name>.ipynb``)."""
+    return sorted(root.glob("chapters/*/*.ipynb"))
+
+
+def chapters_requirements(root: Path = ROOT) -> list[str]:
+    """What the chapters' first cells install; ValueError unless every chapter installs the same."""
+    found = {json.dumps(first_cell_requirements(nb, root)) for nb in chapter_notebooks(root)}
+    if len(found) != 1:
+        raise ValueError(f"the chapters' install cells differ: {sorted(found)}")
+    return json.loads(found.pop())
+
+
+def register_kernel(env: Path, jupyter_dir: Path) -> Path:
+    """Write the kernelspec `KERNEL` (``env``'s ipykernel) under ``jupyter_dir/kernels``."""
+    folder = jupyter_dir / "kernels" / KERNEL
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {"argv": [str(python_of(env)), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Colab-like", "language": "python"}
+    write_text_atomic(folder / "kernel.json", json.dumps(spec, indent=1))
+    return folder
+
+
+def prepare(env: Path = DEFAULT_ENV, jupyter_dir: Path = KERNELS, record: Path = RECORD) -> dict:
+    """Build ``env`` if needed, install the chapters' requirements as their first cell does,
+    register the kernel and record ``{env, requirements, before, after, kernel}``."""
+    ensure_preinstalled(env)
+    requirements = chapters_requirements()
+    before = installed_versions(env)
+    install_chapter_requirements(env, requirements)
+    facts = {"env": str(env.resolve()), "requirements": requirements, "before": before,
+             "after": installed_versions(env), "kernel": KERNEL,
+             "kernelspec": str(register_kernel(env, jupyter_dir))}
+    write_text_atomic(record, json.dumps(facts, indent=1))
+    return facts
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["prepare"]:
+        facts = prepare()
+        print(f"colab-like: xfl installed into {facts['env']}; kernel {KERNEL} in {facts['kernelspec']}")
+    elif not args:
+        print(ensure_preinstalled())
+    else:
+        print(f"usage: python -m tools.colab_env [prepare], not {args}", file=sys.stderr)
+        return 2
     return 0
 
 
