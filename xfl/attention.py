@@ -9,8 +9,10 @@ convention: ``True`` means "this query may attend to this key".
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -81,14 +83,34 @@ def check_mask(mask: Tensor, target_shape: Sequence[int], what: str = "mask") ->
 
 
 # ------------------------------------------------------------------------ values
+_TRUSTED = ContextVar("xfl_trusted_inputs", default=False)
+
+
+@contextmanager
+def trusted_inputs() -> Iterator[None]:
+    """Skip the value checks (:func:`check_finite`, ``xfl.model.check_token_ids``) inside: a
+    training step (``xfl.train.train_step``) reads nothing back from the device."""
+    token = _TRUSTED.set(True)
+    try:
+        yield
+    finally:
+        _TRUSTED.reset(token)
+
+
+def checks_values() -> bool:
+    """False inside :func:`trusted_inputs`."""
+    return not _TRUSTED.get()
+
+
 def check_finite(x: Tensor, name: str, on_accelerators: bool = False) -> None:
     """Raise ValueError when ``x`` holds NaN or inf, naming ``name`` and the first bad entry.
 
     Checks what a caller passes in, never a training step's activations: tensors autograd tracks
-    are skipped, and so are tensors on an accelerator unless ``on_accelerators`` and autograd is
-    off (the check reads a value back, which would make a training step wait for the device)."""
+    are skipped, so is everything inside :func:`trusted_inputs`, and so are tensors on an
+    accelerator unless ``on_accelerators`` and autograd is off (the check reads a value back)."""
     on_cpu = x.device.type == "cpu"
-    if not x.is_floating_point() or x.requires_grad or not (on_cpu or on_accelerators):
+    if not x.is_floating_point() or x.requires_grad or not (on_cpu or on_accelerators) \
+            or not checks_values():
         return
     if (not on_cpu and torch.is_grad_enabled()) or torch.isfinite(x.sum()):  # one cheap pass
         return

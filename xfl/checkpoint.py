@@ -6,18 +6,27 @@ configuration and every random generator's state, all as tensors and plain Pytho
 ``torch.load(..., weights_only=True)`` opens it: a file someone crafted to execute code on
 load is refused instead. Writes are atomic (``xfl.files``): a crash while saving leaves the
 previous checkpoint as it was.
+
+A header records the format version, the model's class and configuration, the optimizer's
+class and a sha256 of everything else; loading checks each, so a damaged file, a checkpoint of
+another model (4 heads into 2 of the same width) or another optimizer's state is refused with
+a ValueError naming the file and both sides.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import pickle
 import random
+import zipfile
+from dataclasses import asdict, is_dataclass
 
 import numpy as np
 import torch
 
 from .distributed import unwrap
-from .files import atomic_path
+from .files import atomic_path, remove_orphans
 
 
 # ------------------------------------------------------------------- random states
@@ -47,29 +56,133 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
+# ------------------------------------------------------------------------- header
+FORMAT, VERSION = "xfl-checkpoint", 2
+IGNORED_CONFIG = ("dropout",)  # changes how a model trains, not what its weights compute
+
+
+def class_name(obj) -> str:
+    """``module.QualifiedName`` of ``obj``'s class."""
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def model_config(model) -> dict | None:
+    """``model.config`` as a dict (a dataclass config, as xfl's models have), or None."""
+    config = getattr(model, "config", None)
+    return asdict(config) if is_dataclass(config) else None
+
+
+def checksum(content) -> str:
+    """sha256 of nested dicts, lists, tuples, tensors (dtype, shape and bytes) and plain values."""
+    digest = hashlib.sha256()
+    _digest(content, digest)
+    return digest.hexdigest()
+
+
+def _digest(obj, digest) -> None:
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().to("cpu").contiguous()
+        digest.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        digest.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+    elif isinstance(obj, dict):
+        digest.update(f"D{len(obj)}".encode())
+        for key, value in obj.items():
+            _digest(key, digest)
+            _digest(value, digest)
+    elif isinstance(obj, (list, tuple)):
+        digest.update(f"{type(obj).__name__}{len(obj)}".encode())
+        for value in obj:
+            _digest(value, digest)
+    else:
+        digest.update(f"{type(obj).__name__}:{obj!r};".encode())
+
+
 # --------------------------------------------------------------------- save / load
 def save_checkpoint(path: str, model, optimizer, scaler, state: dict, config: dict) -> None:
-    """Write model, optimizer, scaler, loop state, config and random states to ``path``."""
-    payload = {"model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
+    """Write model, optimizer, scaler, loop state, config and random states to ``path``, with a
+    header: format version, model class and config, optimizer class, and a checksum of the rest."""
+    net = unwrap(model)
+    content = {"model": net.state_dict(), "optimizer": optimizer.state_dict(),
                "scaler": scaler.state_dict(), "state": state, "config": config, "rng": rng_state()}
+    header = {"format": FORMAT, "version": VERSION, "model_class": class_name(net),
+              "model_config": model_config(net), "optimizer_class": class_name(optimizer)}
+    header["checksum"] = checksum([header, content])
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        torch.save(payload, f)
+        torch.save({"header": header, **content}, f)
 
 
 def read_checkpoint(path: str, map_location="cpu") -> dict:
-    """The payload of ``path``, loaded with ``weights_only=True``; anything that is not a tensor
-    or plain data (a pickled object that would run code) raises ValueError."""
+    """The payload of ``path`` (``"header"``, ``"model"``, ``"optimizer"``, ...), loaded with
+    ``weights_only=True`` and checked against its header's format version and checksum. A
+    pickled object that would run code, a damaged file or an unknown format raise ValueError
+    naming ``path``. Hidden files of a save to ``path`` that was killed are removed."""
+    remove_orphans(path)
+    payload = _load(str(path), map_location)
+    header = _header(str(path), payload)
+    content = {k: v for k, v in payload.items() if k != "header"}
+    expected = header["checksum"]
+    if checksum([{k: v for k, v in header.items() if k != "checksum"}, content]) != expected:
+        raise ValueError(f"{path} is damaged: its content does not match the checksum {expected[:16]}... "
+                         f"saved with it (a changed byte); use another copy or train again")
+    return payload
+
+
+def _load(path: str, map_location) -> dict:
+    """``torch.load(path, weights_only=True)``; every failure becomes a ValueError naming path."""
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):
+        size = os.path.getsize(path)
+        raise ValueError(f"{path} is damaged or not a checkpoint: "
+                         f"{'it is empty' if size == 0 else f'its {size} bytes are not a torch.save archive'}")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise
     except pickle.UnpicklingError as err:
-        raise ValueError(f"refusing to load {path}: it holds objects other than tensors and plain "
-                         f"data, which could run code when unpickled ({err})") from err
+        if "global" in str(err).lower():
+            raise ValueError(f"refusing to load {path}: it holds objects other than tensors and "
+                             f"plain data, which could run code when unpickled ({err})") from err
+        raise ValueError(f"{path} is damaged: it cannot be unpickled ({err})") from err
+    except Exception as err:  # truncated or corrupted archives: OSError, RuntimeError, EOFError...
+        raise ValueError(f"{path} is damaged (truncated or corrupted): torch.load failed with "
+                         f"{type(err).__name__}: {err}") from err
+
+
+def _header(path: str, payload) -> dict:
+    """The header of a loaded payload, after checking it is one this version of xfl reads."""
+    header = payload.get("header") if isinstance(payload, dict) else None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        keys = sorted(payload)[:8] if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"{path} is not an xfl checkpoint of format {VERSION} (no {FORMAT!r} header; "
+                         f"it holds {keys}); an older xfl (format 1) or another program wrote it")
+    if header.get("version") != VERSION:
+        raise ValueError(f"{path} has checkpoint format version {header.get('version')!r}; this xfl "
+                         f"reads version {VERSION}")
+    return header
+
+
+def check_matches(path: str, header: dict, model, optimizer=None) -> None:
+    """Refuse to load a checkpoint into another kind of model or optimizer, naming both sides."""
+    net = unwrap(model)
+    if header["model_class"] != class_name(net):
+        raise ValueError(f"{path} holds a {header['model_class']}, not a {class_name(net)}")
+    saved, given = header["model_config"], model_config(net)
+    if saved is not None and given is not None:
+        differ = {k: (saved.get(k), given.get(k)) for k in sorted(set(saved) | set(given))
+                  if k not in IGNORED_CONFIG and saved.get(k) != given.get(k)}
+        if differ:
+            sides = ", ".join(f"{k}: checkpoint {a!r}, model {b!r}" for k, (a, b) in differ.items())
+            raise ValueError(f"{path} holds a model with another configuration ({sides})")
+    if optimizer is not None and header["optimizer_class"] != class_name(optimizer):
+        raise ValueError(f"{path} holds the state of a {header['optimizer_class']}, not of the "
+                         f"{class_name(optimizer)} given")
 
 
 def load_checkpoint(path: str, model, optimizer=None, scaler=None, map_location="cpu") -> dict:
     """Restore ``model`` (and, to resume, ``optimizer``, ``scaler`` and the random states) from
-    ``path``; return the saved loop state (a dict)."""
+    ``path``; return the saved loop state (a dict). The model's class and configuration and the
+    optimizer's class must be those saved."""
     payload = read_checkpoint(path, map_location)
+    check_matches(path, payload["header"], model, optimizer)
     unwrap(model).load_state_dict(payload["model"])
     if optimizer is not None:
         optimizer.load_state_dict(payload["optimizer"])
