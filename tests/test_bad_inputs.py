@@ -152,3 +152,51 @@ def test_vit_one_channel_images():
 def test_vit_uint8_images():
     with pytest.raises(ValueError, match="images must be floating point, got torch.uint8; convert uint8"):
         vit()(torch.zeros(2, 3, 8, 8, dtype=torch.uint8))
+
+
+# ------------------------------------------------------------------- data files
+def cifar_batch(data=None, labels=None, n=4) -> bytes:
+    import pickle
+
+    import numpy as np
+
+    data = np.zeros((n, 3072), np.uint8) if data is None else data
+    return pickle.dumps({b"data": data, b"labels": list(range(n)) if labels is None else labels}, protocol=2)
+
+
+def test_cifar_labels_outside_0_to_9(tmp_path):
+    from xfl.data.cifar import read_batch
+
+    (tmp_path / "b").write_bytes(cifar_batch(labels=[3, 255, -7, 1]))
+    with pytest.raises(ValueError, match=r"b: labels must lie in 0..9, got \[255, -7\] \(2 out of range\)"):
+        read_batch(tmp_path / "b")
+
+
+def test_cifar_float_pixels_are_not_wrapped(tmp_path):
+    import numpy as np
+
+    from xfl.data.cifar import read_batch
+
+    (tmp_path / "b").write_bytes(cifar_batch(data=np.full((4, 3072), 300.7)))
+    with pytest.raises(ValueError, match=r"b: pixels must be uint8 \(0..255\), got float64"):
+        read_batch(tmp_path / "b")
+
+
+def test_damaged_cached_cifar_batch_is_deleted_and_fetched_again(tmp_path, monkeypatch):
+    """Like the zip (xfl.data.download.fetch): a truncated cached batch is removed and the
+    mirror's verified copy is used (a mirror made here, with its own sha256)."""
+    import hashlib
+
+    from xfl.data import cifar
+
+    good = cifar_batch()
+    mirror, cache = tmp_path / "mirror", tmp_path / "cache"
+    for folder, content in ((mirror, good), (cache, good[: len(good) // 2])):
+        (folder / cifar.FOLDER).mkdir(parents=True)
+        (folder / cifar.FOLDER / "test_batch").write_bytes(content)
+    monkeypatch.setenv("XFL_DATA_DIR", str(cache))
+    monkeypatch.setenv("XFL_DATA_MIRROR", str(mirror))
+    monkeypatch.setitem(cifar.MIRROR_SHA256, "test_batch", hashlib.sha256(good).hexdigest())
+    assert cifar.batch_path("test_batch") == mirror / cifar.FOLDER / "test_batch"
+    assert not (cache / cifar.FOLDER / "test_batch").exists()
+    assert cifar.read_batch(cifar.batch_path("test_batch"))[1].tolist() == [0, 1, 2, 3]

@@ -72,6 +72,8 @@ def batch_path(name: str) -> Path:
     cached = cache_dir() / FOLDER / name
     if _is_good_batch(cached, name):
         return cached
+    if cached.is_file():
+        cached.unlink()  # truncated or corrupt copy: fetch it again, as download.fetch does
     mirror = mirror_dir()
     if mirror is not None and (mirror / FOLDER / name).is_file():
         if not hash_matches(mirror / FOLDER / name, f"sha256:{MIRROR_SHA256[name]}"):
@@ -121,8 +123,7 @@ def read_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     try:
         with open(path, "rb") as f:
             batch = _ArrayUnpickler(f, encoding="bytes").load()
-        data = np.asarray(batch[b"data"], dtype=np.uint8)
-        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+        data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
     except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError,
             AttributeError, IndexError) as err:
         raise ValueError(f"{path} is not a readable CIFAR-10 batch "
@@ -130,7 +131,20 @@ def read_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     if data.ndim != 2 or data.shape[1] != 3072 or labels.shape != (data.shape[0],):
         raise ValueError(f"{path}: expected data (N, 3072) and labels (N,), got "
                          f"{data.shape} and {labels.shape}")
-    return data.reshape(-1, 3, 32, 32), labels  # planar R, G, B; rows of 32 pixels
+    _check_values(path, data, labels)
+    return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)  # planar R, G, B; rows of 32 pixels
+
+
+def _check_values(path, data: np.ndarray, labels: np.ndarray) -> None:
+    """uint8 pixels (no silent wrap of other values) and integer labels in 0..9."""
+    if data.dtype != np.uint8:
+        raise ValueError(f"{path}: pixels must be uint8 (0..255), got {data.dtype}")
+    if labels.dtype.kind not in "iu":
+        raise ValueError(f"{path}: labels must be integers in 0..{len(CLASSES) - 1}, got {labels.dtype}")
+    bad = labels[(labels < 0) | (labels >= len(CLASSES))]
+    if bad.size:
+        raise ValueError(f"{path}: labels must lie in 0..{len(CLASSES) - 1}, got {bad[:3].tolist()} "
+                         f"({bad.size} out of range)")
 
 
 def load_cifar10(train: bool = True) -> tuple[Tensor, Tensor]:
