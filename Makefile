@@ -101,7 +101,7 @@ test:
 	XFL_FAST=1 OMP_NUM_THREADS=1 JUPYTER_PATH=$(CURDIR)/$(RUN_DIR)/jupyter $(BIN)/python -m pytest \
 	  -n $(JOBS) --dist loadfile -p tools.nbrecord --xfl-record $(RUN_DIR)/executed \
 	  --nbval-kernel-name xfl-colab-like tests --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) \
-	  chapters -p no:cacheprovider
+	  chapters -p no:cacheprovider --durations=25
 
 # Benchmarks: train within a fixed time budget (meant for a GPU), or time on the CPU
 # (bench-timings); each writes bench/results/*.json
