@@ -202,7 +202,9 @@ def _finish(item) -> None:
         try:
             probe = recorder.probe()
         except (Empty, ValueError) as error:
-            problems.append(f"the probe after the last cell failed: {error!r}")
+            probe = {"error": repr(error)}
+    if "error" in probe:
+        problems.append(f"the probe after the last cell failed: {probe['error']}")
     path = Path(nbfile.path)
     kernel = config.getoption("nbval_kernel_name") or nb.metadata.get("kernelspec", {}).get("name")
     seconds = time.monotonic() - recorder.start if recorder else None
