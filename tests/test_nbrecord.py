@@ -170,3 +170,25 @@ def test_the_report_gives_each_chapters_origin_and_time_then_the_total():
                      "book: chapters/c/c: executed now in the fast profile: not read again "
                      "(unchanged since the last build)",
                      "book: total 12.8 s for the chapters, 40.0 s for the whole build"]
+
+
+def test_under_xdist_the_book_checks_run_on_one_worker_after_the_chapters(tmp_path):
+    """A run of two workers: the notebook goes first, the three book files form one unit."""
+    log = tmp_path / "log.txt"
+    probe = ("import os, time\n\ndef test_{n}():\n    with open({log!r}, 'a') as f:\n"
+             "        f.write(f\"{name} {{os.environ['PYTEST_XDIST_WORKER']}}\\n\")\n    time.sleep(0.2)\n")
+    (tmp_path / "tests").mkdir()
+    for name in (*run_order.AFTER_CHAPTERS, "tests/test_a.py", "tests/test_b.py"):
+        (tmp_path / name).write_text("".join(probe.format(n=n, log=str(log), name=name) for n in range(3)))
+    notebook(tmp_path, ["import time\ntime.sleep(2)"])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+           "-p", "tools.nbrecord", "--xfl-record", str(tmp_path / "records"), "--nbval-lax",
+           "--rootdir", str(tmp_path), "tests", "tiny.ipynb"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = [line.split() for line in log.read_text().splitlines()]
+    book = [(name, worker) for name, worker in runs if name in run_order.AFTER_CHAPTERS]
+    assert len(book) == 9 and len({worker for _, worker in book}) == 1, runs
+    assert [name for name, _ in book] == [n for n in run_order.AFTER_CHAPTERS for _ in range(3)]
+    assert (tmp_path / "records" / "tiny.ipynb").exists()
