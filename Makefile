@@ -27,7 +27,7 @@ ASSETS  := $(if $(NPM),vendor,cdn)
 XFL_FAST ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 1)
 
 RUN_DIR := _build/test-run
-.PHONY: book test test-setup colab-base colab-env sync vendor browser-deps exercises exercise-pages grade bench-translate bench-timings bench-vit bench-bpe bench-decode clean
+.PHONY: book test test-setup colab-base colab-env sync vendor browser-deps exercises exercise-pages grade bench-translate bench-timings bench-vit bench-bpe bench-decode bench-modern clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -119,6 +119,9 @@ bench-bpe: $(STAMP)
 
 bench-decode: $(STAMP)
 	$(BIN)/python -m bench.decode
+
+bench-modern: $(STAMP)
+	$(BIN)/python -m bench.modern
 
 clean:
 	rm -rf _build book/vendor book/js/node_modules book/exercises

@@ -129,6 +129,10 @@ def test_swiglu_by_definition_and_at_equal_parameters():
     w, v = ffn.up.weight.split(40)
     b_w, b_v = ffn.up.bias.split(40)
     close(ffn(x), ffn.down(F.silu(x @ w.T + b_w) * (x @ v.T + b_v)))
+    rebuilt = GatedFeedForward.from_weights(w, v, ffn.down.weight)
+    close(rebuilt(x), F.silu(x @ w.T) * (x @ v.T) @ ffn.down.weight.T)
+    with pytest.raises(ValueError, match=r"w2 \(d, h\), got \(40, 16\), \(40, 16\), \(40, 16\)"):
+        GatedFeedForward.from_weights(w, v, w)
     for d in (256, 768):  # at d = 64 rounding 170 up to 176 costs 3%
         gated = count_parameters(GatedFeedForward(d, gated_hidden(d), bias=False))
         assert abs(gated / count_parameters(FeedForward(d, 4 * d, bias=False)) - 1) < 0.02

@@ -83,6 +83,14 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
             "ignore_index=pad_id)", CROSS_ENTROPY, "torch.nn.CrossEntropyLoss.forward"]},
         "q5": {"causal_padding_mask": ["xfl.attention.causal_padding_mask"]},
     },
+    "ch10_modern": {
+        "q1": {"rms_norm": ["lambda x, weight, eps=1e-6: torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)",
+                            "torch.nn.functional.rms_norm", "torch.nn.RMSNorm.forward", "xfl.norms.RMSNorm.forward"]},
+        "q2": {"rope": ["xfl.position.apply_rope", "xfl.position.rope_angles"]},
+        "q3": {"swiglu": ["lambda x, w, v, w2: xfl.blocks.GatedFeedForward.from_weights(w, v, w2)(x)",
+                          "xfl.blocks.GatedFeedForward.forward", "xfl.blocks.GatedFeedForward.from_weights"]},
+        "q4": {"repeat_kv": ["xfl.attention.repeat_kv_heads"]},
+    },
     "ch11_attention_at_scale": {
         "q1": {"merge": ["xfl.tiled_attention.merge_partials", "xfl.tiled_attention.rescale"]},
         "q2": {"tiled_attention": [

@@ -1,5 +1,5 @@
-"""Scaled dot-product attention, multi-head attention and every mask (chapters 1-5, 8, 11; built in
-chapters 1-3).
+"""Scaled dot-product attention, multi-head attention and every mask (chapters 1-5, 8, 10, 11;
+built in chapters 1-3).
 
 One implementation serves self-attention, cross-attention, the causal decoder, the
 Vision Transformer and the pixel-attention block. Masks follow PyTorch's boolean

@@ -1,4 +1,4 @@
-"""Transformer blocks (chapters 3 and 5; built in chapter 5): one class, post-LN or Pre-LN by a
+"""Transformer blocks (chapters 3, 5 and 10; built in chapter 5): one class, post-LN or Pre-LN by a
 single flag.
 
 ``norm_first=False`` is the post-LN block of Vaswani et al. (2017), Kak's "First
@@ -61,6 +61,19 @@ class GatedFeedForward(nn.Module):
         self.gate = GATES[gate]
         self.up = nn.Linear(d_model, 2 * d_hidden, bias=bias)  # [W; V]
         self.drop, self.down = nn.Dropout(dropout), nn.Linear(d_hidden, d_model, bias=bias)
+
+    @classmethod
+    def from_weights(cls, w: Tensor, v: Tensor, w2: Tensor, gate: str = "swiglu") -> "GatedFeedForward":
+        """A bias-free gated feed-forward with W = ``w (h, d)``, V = ``v (h, d)``, W2 = ``w2 (d, h)``."""
+        h, d = w.shape
+        if v.shape != w.shape or w2.shape != (d, h):
+            raise ValueError(f"need w and v (h, d) and w2 (d, h), got {tuple(w.shape)}, {tuple(v.shape)}, "
+                             f"{tuple(w2.shape)}")
+        ffn = cls(d, h, gate=gate, bias=False).to(w)
+        with torch.no_grad():
+            ffn.up.weight.copy_(torch.cat([w, v]))
+            ffn.down.weight.copy_(w2)
+        return ffn
 
     def forward(self, x: Tensor) -> Tensor:
         gate, value = self.up(x).chunk(2, dim=-1)  # (B, L, hidden) each

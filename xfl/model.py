@@ -1,4 +1,4 @@
-"""Whole models built from ``xfl.blocks`` (chapters 5, 6, 9 and 11: the encoder-decoder of
+"""Whole models built from ``xfl.blocks`` (chapters 5, 6, 9, 10 and 11: the encoder-decoder of
 chapters/ch05_encoder_decoder/translation.md and the decoder-only model of chapter 9).
 
 ``Seq2SeqTransformer`` is the encoder-decoder of Vaswani et al. (2017): an encoder stack
@@ -201,6 +201,10 @@ class Seq2SeqTransformer(nn.Module):
 
 
 # ------------------------------------------------------------------------ decoder-only
+MODERN_OPTIONS = dict(norm="rms", positions="rope", ffn="swiglu", bias=False, qk_norm=True,
+                      zero_init=True, tie_output=False)  # GPTConfig.modern, less its kv heads
+
+
 @dataclass
 class GPTConfig(BlockSizes):
     """Sizes of a decoder-only ``GPT``: the vocabulary and depth, then ``BlockSizes`` (output tied
@@ -240,8 +244,7 @@ class GPTConfig(BlockSizes):
         QK-norm, zero-initialised output projections, an untied head and, unless given, half as
         many kv heads as heads (all of them when the count is odd). ``fields`` override any."""
         heads = fields.get("num_heads", cls.__dataclass_fields__["num_heads"].default)
-        options = dict(norm="rms", positions="rope", ffn="swiglu", bias=False, qk_norm=True,
-                       zero_init=True, tie_output=False, num_kv_heads=heads // 2 if heads % 2 == 0 else heads)
+        options = dict(MODERN_OPTIONS, num_kv_heads=heads // 2 if heads % 2 == 0 else heads)
         return cls(**{**options, **fields})
 
     def block_options(self) -> dict:

@@ -1,4 +1,4 @@
-"""Normalisation layers, chosen by name: LayerNorm and RMSNorm.
+"""Normalisation layers, chosen by name: LayerNorm and RMSNorm (chapter 10).
 
 RMSNorm (Zhang & Sennrich, 2019) rescales each feature vector by its root mean square and a
 learned gain: y = g ⊙ x / √(mean(x²) + ε). Unlike LayerNorm it neither subtracts the mean nor

@@ -1,5 +1,5 @@
-"""Sinusoidal positional encoding (chapters 3 and 4), as in Vaswani et al. (2017), section 3.5,
-and rotary position embedding (RoPE; Su et al., 2021; chapter 10).
+"""Sinusoidal positional encoding (chapters 3, 4 and 10), as in Vaswani et al. (2017), section 3.5,
+and rotary position embedding (RoPE; Su et al., 2021).
 
 PE[pos, 2i] = sin(pos / base^(2i/d)),  PE[pos, 2i+1] = cos(pos / base^(2i/d)).
 RoPE rotates each feature pair (2i, 2i+1) of a query or key at position m by the angle m·ω_i,
@@ -17,12 +17,12 @@ def _check_positive_int(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def frequencies(d_model: int, base: float = 10000.0) -> Tensor:
+def frequencies(d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
     """The angular frequencies 1 / base^(2i/d), one per sin/cos pair: ``(ceil(d/2),)``."""
     _check_positive_int("d_model", d_model)
     if not base > 1:
         raise ValueError(f"base must be > 1, got {base!r}")
-    even_dims = torch.arange(0, d_model, 2, dtype=torch.float32)  # 2i
+    even_dims = torch.arange(0, d_model, 2, dtype=dtype)  # 2i
     return base ** (-even_dims / d_model)
 
 
@@ -55,7 +55,7 @@ def rope_angles(start: int, length: int, head_dim: int, base: float = 10000.0,
     """``(length, head_dim/2)`` float64 angles m·ω_i for positions m = start .. start+length-1."""
     if head_dim % 2:
         raise ValueError(f"rotary positions need an even head dimension, got {head_dim}")
-    omega = frequencies(head_dim, base).double().to(device)  # (d/2,)
+    omega = frequencies(head_dim, base, torch.float64).to(device)  # (d/2,)
     positions = torch.arange(start, start + length, dtype=torch.float64, device=device)  # (L,)
     return positions[:, None] * omega
 

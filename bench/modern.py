@@ -1,0 +1,98 @@
+"""Chapter 10's measurements (xfl.ablation): from the 2017 block to today's decoder block.
+
+    python -m bench.modern              # the CPU recipe (3 seeds; about 10 min on a free core)
+    python -m bench.modern --full       # the GPU recipe (chapter 10's full profile)
+    python -m bench.modern --smoke      # tiny and short (a few seconds; for the tests)
+
+On Tatoeba's Spanish sentences as one character stream (chapter 9's task, cut into windows
+without padding), writes to ``bench/results/modern.json`` (or ``--out``): the ablation (the
+book's block, each change alone, all together; equal parameters within 2% by the feed-forward
+width; validation bits per character per seed, mean and spread; training tokens per second;
+key-value cache bytes per token), length extrapolation (trained at L, evaluated at L, 2L, 4L:
+learned, sinusoidal, RoPE, no positions) and quality against the number of kv heads; plus
+interleaved timings of the fused causal path against a mask and of RMSNorm against LayerNorm.
+Wall-clock figures depend on the machine and its load: they are recorded, never a verdict.
+Sentences from tatoeba.org (CC-BY 2.0 FR). Data: XFL_DATA_MIRROR or a verified download.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from bench.report import device_name, write_results
+from xfl.ablation import (Recipe, ablation_variants, compare_variants, kv_head_study, position_study,
+                          spanish_characters, time_fused_path, time_norms)
+from xfl.runtime import default_device
+
+RESULTS = Path(__file__).resolve().parent / "results" / "modern.json"
+
+RECIPES = {
+    "full": dict(data=dict(max_chars=100, n_valid=4000), seeds=(0, 1, 2),
+                 recipe=Recipe(sizes=dict(d_model=128, num_heads=8, num_layers=4, dropout=0.0), length=128,
+                               steps=1500, batch=64, lr=1e-3, evals=10, valid_windows=1024)),
+    "cpu": dict(data=dict(max_chars=40, n_valid=500, n_train=20000), seeds=(0, 1, 2),
+                recipe=Recipe(sizes=dict(d_model=48, num_heads=4, num_layers=2, dropout=0.0), length=32,
+                              steps=200, batch=32, lr=3e-3, evals=5, valid_windows=256, device="cpu")),
+    "smoke": dict(data=dict(max_chars=30, n_valid=200, n_train=1000), seeds=(0, 1),
+                  recipe=Recipe(sizes=dict(d_model=16, num_heads=4, num_layers=1, dropout=0.0), length=16,
+                                steps=4, batch=8, lr=3e-3, evals=2, valid_windows=16, device="cpu")),
+}
+
+
+def plain(results: dict) -> dict:
+    """A study's results without the trained models, keys as strings (for JSON)."""
+    return {str(name): {k: v for k, v in r.items() if k != "models"} for name, r in results.items()}
+
+
+def timings(ablation: dict, recipe: Recipe, pairs: int) -> dict:
+    """Fused causal path vs a mask on the trained 2017 block; RMSNorm vs LayerNorm."""
+    fused = time_fused_path(ablation["2017 block"]["models"][0], recipe.batch, recipe.length, pairs)
+    norms = time_norms(recipe.sizes["d_model"], recipe.batch * recipe.length, pairs)
+    return {"fused": {"median_s": {n: fused.median_s(n) for n in fused.times},
+                      "verdict": fused.verdict("mask", "is_causal")},
+            "norms": {"median_s": {n: norms.median_s(n) for n in norms.times},
+                      "verdict": norms.verdict("LayerNorm", "RMSNorm (xfl)")}}
+
+
+def run(profile: str) -> dict:
+    """Every study of ``profile``'s recipe; the report as written to JSON."""
+    spec = RECIPES[profile]
+    recipe, seeds = spec["recipe"], spec["seeds"]
+    streams = spanish_characters(**spec["data"])
+    ablation = compare_variants(streams, recipe, ablation_variants(recipe.sizes["num_heads"]), seeds)
+    positions = position_study(streams, recipe, seeds, ablation)
+    kv_heads = kv_head_study(streams, recipe, seeds, ablation)
+    return {"profile": profile, "seeds": list(seeds), "recipe": {**recipe.__dict__, "data": spec["data"]},
+            "vocab": len(streams.vocab), "train_chars": streams.train.numel(),
+            "valid_chars": streams.valid.numel(), "ablation": plain(ablation),
+            "extrapolation": {n: {str(k): v for k, v in r["at_length"].items()} for n, r in positions.items()},
+            "kv_heads": plain(kv_heads), "timings": timings(ablation, recipe, 5 if profile == "smoke" else 30)}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--smoke", action="store_true", help="tiny and short (for the tests)")
+    which.add_argument("--full", action="store_true", help="the GPU recipe (chapter 10's full profile)")
+    parser.add_argument("--out", type=Path, default=None, help=f"JSON file (default {RESULTS})")
+    args = parser.parse_args(argv)
+    profile = "smoke" if args.smoke else "full" if args.full else "cpu"
+    wall, load = time.perf_counter(), os.getloadavg()[0]
+    result = run(profile)
+    device = torch.device(RECIPES[profile]["recipe"].device or default_device())
+    result.update(device=device_name(device), torch=torch.__version__, cpu_threads=torch.get_num_threads(),
+                  load_average_at_start=load, wall_seconds=time.perf_counter() - wall)
+    write_results(args.out or RESULTS, result)
+    print(json.dumps({n: [round(r["mean"], 3), round(r["spread"], 3)] for n, r in result["ablation"].items()},
+                     indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""python -m bench.modern --smoke: every study of chapter 10 runs on a tiny model and writes
+its numbers (equal parameters within 2%, smaller caches with fewer kv heads, finite bits).
+
+Needs the data: CI sets XFL_DATA_MIRROR=../shared/data (see tests/test_data_tatoeba.py).
+"""
+
+import json
+import math
+import os
+
+import pytest
+
+from helpers import import_bench
+
+
+def test_smoke_run_writes_results(tmp_path):
+    if not os.environ.get("XFL_DATA_MIRROR"):
+        pytest.skip("XFL_DATA_MIRROR is not set (CI points it at ../shared/data)")
+    out = tmp_path / "modern.json"
+    report = import_bench("modern").main(["--smoke", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved == json.loads(json.dumps(report)) and saved["profile"] == "smoke"
+    ablation = saved["ablation"]
+    assert list(ablation)[0] == "2017 block" and list(ablation)[-1] == "all together" and len(ablation) == 8
+    base = ablation["2017 block"]["params"]
+    for name, r in ablation.items():
+        assert abs(r["params"] / base - 1) <= 0.02, name
+        assert len(r["bits"]) == 2 and all(0 < b < 10 for b in r["bits"]) and r["tokens_per_s"] > 0
+        assert math.isclose(r["mean"], sum(r["bits"]) / 2) and r["spread"] >= 0
+    half = ablation["GQA (kv = heads/2)"]["cache_bytes_per_token"]
+    assert half * 2 == base_cache(ablation) and saved["kv_heads"]["1"]["cache_bytes_per_token"] * 4 == base_cache(ablation)
+    assert set(saved["extrapolation"]) == {"learned", "sinusoidal", "RoPE", "none"}
+    assert all(list(r) == ["16", "32", "64"] and all(len(b) == 2 for b in r.values()) for r in saved["extrapolation"].values())
+    assert set(saved["timings"]["fused"]["median_s"]) == {"mask", "is_causal"}
+
+
+def base_cache(ablation):
+    return ablation["2017 block"]["cache_bytes_per_token"]
+
+
+def test_recipes():
+    bench = import_bench("modern")
+    assert all(len(bench.RECIPES[p]["seeds"]) >= 3 for p in ("full", "cpu"))
+    assert bench.RESULTS.name == "modern.json"
