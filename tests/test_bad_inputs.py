@@ -200,3 +200,12 @@ def test_damaged_cached_cifar_batch_is_deleted_and_fetched_again(tmp_path, monke
     assert cifar.batch_path("test_batch") == mirror / cifar.FOLDER / "test_batch"
     assert not (cache / cifar.FOLDER / "test_batch").exists()
     assert cifar.read_batch(cifar.batch_path("test_batch"))[1].tolist() == [0, 1, 2, 3]
+
+
+def test_a_bad_token_inside_a_training_step_is_named_too():
+    """xfl.train's step skips the checks (they would read back); the embedding's own IndexError
+    is turned into the same message, at no cost to steps without one."""
+    from xfl.attention import trusted_inputs
+
+    with trusted_inputs(), pytest.raises(ValueError, match=r"token ids must lie in \[0, 10\].*got 12"):
+        gpt()(tokens([3, 12]))

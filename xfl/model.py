@@ -50,6 +50,10 @@ def check_token_ids(tokens: Tensor, vocab_size: int, name: str = "token ids",
     read_back = not torch.is_grad_enabled() if read_back is None else read_back
     if tokens.numel() == 0 or (tokens.device.type != "cpu" and not read_back) or not checks_values():
         return
+    _check_range(tokens, vocab_size, name)
+
+
+def _check_range(tokens: Tensor, vocab_size: int, name: str) -> None:
     low, high = tokens.aminmax()
     if low < 0 or high >= vocab_size:
         bad = int(low) if low < 0 else int(high)
@@ -92,7 +96,11 @@ class TokenEmbedding(nn.Module):
         end = start + tokens.shape[-1]
         if end > self.max_len:
             raise ValueError(f"sequence length {end} exceeds max_len={self.max_len}")
-        x = self.table(tokens) * self.scale  # (B, L, D)
+        try:
+            x = self.table(tokens) * self.scale  # (B, L, D)
+        except IndexError:  # unchecked (a training step): name the bad id now, at no cost before
+            _check_range(tokens, self.table.num_embeddings, "token ids")
+            raise
         if self.positions is not None:
             x = x + self.positions[start:end]
         return self.drop(x)
