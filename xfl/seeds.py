@@ -1,0 +1,41 @@
+"""Comparing training variants over seeds: mean ± standard deviation, and a verdict from the
+numbers (chapters 2-4; any chapter that trains variants from several seeds can use it).
+
+    from xfl.seeds import mean_sd, verdict
+    print(mean_sd(accuracies))                            # '0.525 ± 0.009'
+    print(verdict(two_heads, one_head, "two heads", "one head"))
+
+A verdict names a direction only when every paired seed agrees; otherwise it says there is no
+clear difference at this size. Chapters assert only what holds on every seed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+
+def mean_sd(values: Sequence[float], digits: int = 3) -> str:
+    """``'m ± s'``: the mean and the sample standard deviation of one number per seed."""
+    values = [float(v) for v in values]
+    if len(values) < 2:
+        raise ValueError(f"mean_sd needs one value per seed and at least 2 seeds, got {len(values)} value(s)")
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def differences(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    """``a[i] - b[i]`` for runs paired by seed; both lists must have one value per seed."""
+    if len(a) != len(b):
+        raise ValueError(f"paired runs need as many values of a as of b (one per seed), got {len(a)} and {len(b)}")
+    return [float(x) - float(y) for x, y in zip(a, b)]
+
+
+def verdict(a: Sequence[float], b: Sequence[float], name_a: str, name_b: str, digits: int = 3) -> str:
+    """In words, from runs paired by seed: which is higher and by how much, or no clear difference."""
+    diffs = differences(a, b)
+    spread = f"{name_a} minus {name_b}: {mean_sd(diffs, digits)} over {len(diffs)} seeds"
+    if all(d > 0 for d in diffs):
+        return f"{name_a} higher on every seed ({spread})"
+    if all(d < 0 for d in diffs):
+        return f"{name_a} lower on every seed ({spread})"
+    return f"no clear difference at this size: the sign changes across seeds ({spread})"
