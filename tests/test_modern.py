@@ -11,8 +11,8 @@ from torch import nn
 
 from xfl.attention import MultiHeadAttention, causal_mask, repeat_kv_heads, scaled_dot_product_attention
 from xfl.blocks import FeedForward, GatedFeedForward, TransformerBlock, gated_hidden
-from xfl.decode import sample
-from xfl.model import GPT, GPTConfig, count_parameters
+from xfl.decode import greedy_decode, sample
+from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, count_parameters
 from xfl.norms import RMSNorm, make_norm
 from xfl.position import apply_rope, offset_rotation
 from xfl.train import TrainConfig, lm_loss, train
@@ -246,3 +246,32 @@ def test_bad_head_options_are_refused_when_built():
         GPT(GPTConfig(vocab_size=11, d_model=16, num_heads=4, num_kv_heads=3))
     with pytest.raises(ValueError, match="even head dimension.*head_dim=3"):
         GPT(GPTConfig(vocab_size=11, d_model=12, num_heads=4, positions="rope"))
+
+
+# ----------------------------------------------------------------- the encoder-decoder
+SEQ2SEQ_OPTIONS = [dict(norm="rms", ffn="swiglu", num_kv_heads=1, qk_norm=True, bias=False),
+                   dict(ffn="geglu", num_kv_heads=2, norm_first=False)]
+
+
+@pytest.mark.parametrize("options", SEQ2SEQ_OPTIONS, ids=str)
+def test_seq2seq_takes_the_block_options_and_decodes_alike(options):
+    torch.manual_seed(0)
+    cfg = Seq2SeqConfig(src_vocab=9, tgt_vocab=9, d_model=16, num_heads=4, num_encoder_layers=1,
+                        num_decoder_layers=2, dropout=0.0, max_len=16, **options)
+    model = Seq2SeqTransformer(cfg).double().eval()
+    block = model.decoder.layers[0]
+    assert block.cross_attn.num_kv_heads == options["num_kv_heads"] and isinstance(block.ffn, GatedFeedForward)
+    src = torch.randint(3, 9, (3, 5), generator=torch.Generator().manual_seed(1))
+    src[1, 3:] = 0
+    tgt = torch.randint(3, 9, (3, 6), generator=torch.Generator().manual_seed(2))
+    memory, keep = model.encode(src), model.source_mask(src)
+    cache = model.decoder_cache(memory, keep)
+    steps = torch.cat([model.decode_step(tgt[:, i:i + 1], cache) for i in range(6)], dim=1)
+    close(steps, model.decode(tgt, memory, keep))
+    with_cache, without = (greedy_decode(model, src, 10, 1, 2, use_cache=c) for c in (True, False))
+    assert with_cache[0] == without[0]
+
+
+def test_seq2seq_refuses_unknown_block_names():
+    with pytest.raises(ValueError, match="ffn must be one of .* got 'moe'"):
+        Seq2SeqConfig(src_vocab=9, tgt_vocab=9, ffn="moe")

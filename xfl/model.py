@@ -129,7 +129,10 @@ def output_projection(embedding: "TokenEmbedding", vocab: int, tie: bool) -> nn.
 @dataclass(kw_only=True)
 class BlockSizes:
     """What every text model's config shares. ``tie_output`` shares the (target) embedding with
-    the output projection (Press & Wolf, 2017); ``d_hidden=None`` means 4·d_model."""
+    the output projection (Press & Wolf, 2017); ``d_hidden=None`` means 4·d_model (2/3 of that
+    for a gated ``ffn``). Chapter 10's block options, each off by default: ``norm="rms"``,
+    ``ffn="swiglu"``/``"geglu"``, ``num_kv_heads`` (grouped-query attention), ``qk_norm``,
+    ``bias=False`` (every Linear and LayerNorm)."""
 
     d_model: int = 256
     num_heads: int = 8
@@ -139,6 +142,22 @@ class BlockSizes:
     max_len: int = 128
     tie_output: bool = True
     pad_id: int = 0
+    norm: str = "layer"
+    ffn: str = "mlp"
+    num_kv_heads: int | None = None
+    qk_norm: bool = False
+    bias: bool = True
+
+    def check_names(self) -> None:
+        """Refuse an unknown norm or feed-forward name."""
+        for name, allowed in (("norm", NORMS), ("ffn", FFNS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {tuple(allowed)}, got {getattr(self, name)!r}")
+
+    def block_options(self) -> dict:
+        """The keyword options of ``TransformerBlock`` this config asks for."""
+        return dict(norm=self.norm, ffn=self.ffn, num_kv_heads=self.num_kv_heads, qk_norm=self.qk_norm,
+                    bias=self.bias)
 
 
 # -------------------------------------------------------------------- encoder-decoder
@@ -155,6 +174,7 @@ class Seq2SeqConfig(BlockSizes):
     share_embeddings: bool = False
 
     def __post_init__(self):
+        self.check_names()
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
             raise ValueError(f"share_embeddings needs one joint vocabulary, got src_vocab="
                              f"{self.src_vocab} and tgt_vocab={self.tgt_vocab}")
@@ -167,7 +187,7 @@ class Seq2SeqTransformer(nn.Module):
         super().__init__()
         c = self.config = config
         stack = dict(d_model=c.d_model, num_heads=c.num_heads, d_hidden=c.d_hidden,
-                     dropout=c.dropout, norm_first=c.norm_first)
+                     dropout=c.dropout, norm_first=c.norm_first, **c.block_options())
         self.encoder = TransformerStack(c.num_encoder_layers, cross=False, **stack)
         self.decoder = TransformerStack(c.num_decoder_layers, cross=True, **stack)
         _init_linear_weights(self)
@@ -231,18 +251,13 @@ class GPTConfig(BlockSizes):
     activation: str = "relu"
     positions: str = "sinusoidal"
     causal: bool = True
-    norm: str = "layer"
-    ffn: str = "mlp"
-    num_kv_heads: int | None = None
     rope_base: float = 10000.0
-    qk_norm: bool = False
-    bias: bool = True
     zero_init: bool = False
     scale_embedding: bool = True
 
     def __post_init__(self):
-        for name, allowed in (("activation", sorted(ACTIVATIONS)), ("positions", POSITIONS),
-                              ("norm", NORMS), ("ffn", FFNS)):
+        self.check_names()
+        for name, allowed in (("activation", sorted(ACTIVATIONS)), ("positions", POSITIONS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {tuple(allowed)}, got {getattr(self, name)!r}")
 
@@ -256,9 +271,8 @@ class GPTConfig(BlockSizes):
         return cls(**{**options, **fields})
 
     def block_options(self) -> dict:
-        """The keyword options of ``TransformerBlock`` this config asks for."""
-        return dict(norm=self.norm, ffn=self.ffn, num_kv_heads=self.num_kv_heads, qk_norm=self.qk_norm,
-                    bias=self.bias, rope_base=self.rope_base if self.positions == "rope" else None)
+        """``BlockSizes``' options, plus the RoPE base when ``positions="rope"``."""
+        return dict(super().block_options(), rope_base=self.rope_base if self.positions == "rope" else None)
 
 
 class GPT(nn.Module):
