@@ -11,7 +11,7 @@ from xfl.memory import cpu_peak_bytes, peak_bytes
 from xfl.tiled_attention import (Partial, block_partial, causal_block_counts, explicit_attention_bytes,
                                  merge_partials, online_softmax, sdpa_backend_report, sdpa_kernel_used,
                                  running_max_and_sum, tiled_attention, tiled_attention_backward,
-                                 tiled_attention_forward)
+                                 tiled_attention_forward, tiled_attention_recomputing)
 
 TOL = dict(atol=1e-10, rtol=1e-10)
 
@@ -129,6 +129,19 @@ def test_tiled_attention_passes_gradcheck():
     q, k, v = (randn(1, 5, 3, seed=s).requires_grad_() for s in range(3))
     assert torch.autograd.gradcheck(lambda q, k, v: tiled_attention(q, k, v, is_causal=True, block_q=2, block_k=3),
                                     (q, k, v))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_recomputing_backward_passes_gradcheck_and_saves_no_weights(causal):
+    q, k, v = (randn(2, 7, 3, seed=s).requires_grad_() for s in range(3))
+    keep = key_mask(padding_mask([7, 4], 7))[:, 0]  # (2, 1, 7): the second row pads its last 3 keys
+    fn = lambda q, k, v: tiled_attention_recomputing(q, k, v, keep, is_causal=causal, block_q=3, block_k=2)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+    out = fn(q, k, v)
+    saved = [t.shape for t in out.grad_fn.saved_tensors]
+    assert all(s[-2:] != (7, 7) for s in saved), saved  # q, k, v, out and lse: no (L, L) weights
+    with pytest.raises(ValueError, match=r"same batch dimensions here, got \(2, 3\), \(1, 3\)"):
+        tiled_attention_recomputing(randn(2, 3, 4, 5), randn(1, 3, 4, 5), randn(1, 3, 4, 5))
 
 
 # ------------------------------------------------------------------ bad inputs

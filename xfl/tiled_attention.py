@@ -206,6 +206,34 @@ def tiled_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: 
     return dq, torch.cat(dks, dim=-2), torch.cat(dvs, dim=-2)
 
 
+class _RecomputingAttention(torch.autograd.Function):
+    """Forward by tiles; saves q, k, v, out and lse (no weights); backward by recomputation."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, is_causal, block_q, block_k):
+        res = tiled_attention_forward(q, k, v, mask, is_causal=is_causal, block_q=block_q, block_k=block_k)
+        ctx.save_for_backward(q, k, v, res.out, res.lse)
+        ctx.mask, ctx.is_causal, ctx.block_k = mask, is_causal, block_k
+        return res.out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        grads = tiled_attention_backward(q, k, v, out, lse, grad_out, ctx.mask,
+                                         is_causal=ctx.is_causal, block_k=ctx.block_k)
+        return (*grads, None, None, None, None)
+
+
+def tiled_attention_recomputing(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
+                                is_causal: bool = False, block_q: int = 64, block_k: int = 64) -> Tensor:
+    """``tiled_attention`` whose backward is ``tiled_attention_backward``: autograd keeps q, k, v,
+    the output and one log-sum-exp per query, never the weights. q, k, v need equal batch shapes."""
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        raise ValueError(f"q, k, v need the same batch dimensions here, got {tuple(q.shape[:-2])}, "
+                         f"{tuple(k.shape[:-2])} and {tuple(v.shape[:-2])}")
+    return _RecomputingAttention.apply(q, k, v, mask, is_causal, block_q, block_k)
+
+
 def explicit_attention_bytes(batch: int, heads: int, lq: int, lk: int, element_size: int) -> int:
     """Bytes of the two ``(B, H, Lq, Lk)`` matrices that the explicit path ``softmax(q kᵀ/√d) v``
     holds at once (the scores and the scaled scores, then the scaled scores and the weights):
