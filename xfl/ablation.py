@@ -27,6 +27,7 @@ from .data.text import PAD, Vocab
 from .model import GPT, MODERN_OPTIONS, GPTConfig, count_parameters
 from .norms import RMSNorm
 from .runtime import seed_everything
+from .seeds import differences, mean_sd
 from .timing import Comparison, compare
 from .train import TrainConfig, lm_loss, train
 
@@ -221,23 +222,24 @@ def time_norms(d_model: int, rows: int, pairs: int = 20) -> Comparison:
 
 
 def difference(result: dict, base: dict) -> str:
-    """``result`` vs ``base`` in validation bits: a difference only where the seeds' ranges do
-    not overlap (every seed of one beats every seed of the other); otherwise none resolved."""
-    if min(result["bits"]) > max(base["bits"]):
-        return f"worse by {result['mean'] - base['mean']:.3f} bits"
-    if max(result["bits"]) < min(base["bits"]):
-        return f"better by {base['mean'] - result['mean']:.3f} bits"
-    return "no difference resolved"
+    """``result`` vs ``base`` in validation bits, runs paired by seed (``xfl.seeds``): better or
+    worse only when every seed agrees, by the mean difference; otherwise no clear difference."""
+    diffs = differences(result["bits"], base["bits"])
+    if all(d > 0 for d in diffs):
+        return f"worse by {statistics.fmean(diffs):.3f} bits"
+    if all(d < 0 for d in diffs):
+        return f"better by {-statistics.fmean(diffs):.3f} bits"
+    return "no clear difference"
 
 
 def table(results: dict, base: str | None = None) -> str:
-    """One line per variant: parameters, bits per character (mean ± half the spread), the verdict
-    against ``base`` (default: the first), training tokens/s, kv-cache bytes per token."""
+    """One line per variant: parameters, bits per character (mean ± standard deviation over seeds),
+    the verdict against ``base`` (default: the first), training tokens/s, kv-cache bytes per token."""
     base = base or next(iter(results))
     lines = [f"{'variant':<20}{'params':>8}{'ffn':>5}{'val bits/char':>18}  {'vs ' + base:<28}"
              f"{'tokens/s':>9}{'cache B/tok':>12}"]
     for name, r in results.items():
         verdict = "(baseline)" if name == base else difference(r, results[base])
-        lines.append(f"{str(name):<20}{r['params']:>8,}{r['d_hidden']:>5}{r['mean']:>11.3f} ± {r['spread'] / 2:.3f}"
+        lines.append(f"{str(name):<20}{r['params']:>8,}{r['d_hidden']:>5}{mean_sd(r['bits']):>18}"
                      f"  {verdict:<28}{r['tokens_per_s']:>9,.0f}{r['cache_bytes_per_token']:>12,.0f}")
     return "\n".join(lines)
