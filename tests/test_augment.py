@@ -74,17 +74,31 @@ def test_batch_keeps_shape_dtype_and_is_seeded():
 
 
 def test_each_image_gets_one_operation_of_its_own():
-    x = images(n=2, size=8)
+    x = images(n=7, size=8)
     only_identity = trivial_augment(x, torch.Generator().manual_seed(0), ops=("identity",))
     assert torch.equal(only_identity, x)
+    out = trivial_augment(x, torch.Generator().manual_seed(3), ops=("identity", "solarize"))
     gen = torch.Generator().manual_seed(3)
-    out = trivial_augment(x, gen, ops=("identity", "solarize"))
-    gen = torch.Generator().manual_seed(3)
-    choice = torch.randint(2, (2,), generator=gen)
-    magnitude = torch.rand(2, generator=gen) * 2 - 1
-    for i in range(2):
-        expected = x[i:i + 1] if choice[i] == 0 else apply_op("solarize", x[i:i + 1].float(), magnitude[i:i + 1])
-        torch.testing.assert_close(out[i:i + 1].float(), expected.float().round())
+    order = torch.randperm(7, generator=gen)  # the same draws: the first 4 of it get identity
+    magnitude = torch.rand(7, generator=gen) * 2 - 1
+    for rank, i in enumerate(order.tolist()):
+        expected = x[i:i + 1].float() if rank < 4 else apply_op("solarize", x[i:i + 1].float(), magnitude[i:i + 1])
+        torch.testing.assert_close(out[i:i + 1].float(), expected.round())
+
+
+def test_operations_are_dealt_evenly_and_run_only_on_their_share(monkeypatch):
+    from xfl import augment
+
+    seen = []
+    for name, fn in list(augment.OPERATIONS.items()):
+        monkeypatch.setitem(augment.OPERATIONS, name,
+                            lambda x, m, _fn=fn, _name=name: seen.append((_name, len(x))) or _fn(x, m))
+    trivial_augment(images(n=40, size=8), torch.Generator().manual_seed(0))
+    assert [name for name, _ in seen] == list(OPS)  # every operation once per batch ...
+    assert sorted(n for _, n in seen) == [3] * 12 + [4]  # ... on its share alone: 40 images in all
+    seen.clear()
+    trivial_augment(images(n=5, size=8), torch.Generator().manual_seed(0))
+    assert [n for _, n in seen] == [1] * 5  # fewer images than operations: the first five run
 
 
 @pytest.mark.parametrize("bad", [torch.zeros(2, 3, 8, 8), torch.zeros(2, 1, 8, 8, dtype=torch.uint8),

@@ -8,11 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
+import traceback
 from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from toy_tasks import PAD, SOS, EOS, copy_model, copy_pairs, epoch_batches, striped_task, tiny_vit
 from xfl import train as T
@@ -226,59 +228,110 @@ def test_fp16_runs_resume_with_the_scaler_state(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------- no host synchronisation
-READ_BACKS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__")
-XFL_DIR = str(Path(T.__file__).parent)
+READ_BACKS = ("tolist", "numpy", "cpu")  # read values without going through the dispatcher
+TRAIN_PY = T.__file__
+
+
+class DeviceReads(TorchDispatchMode):
+    """Records every read of a tensor's value by the host, by any code (xfl's, PyTorch's): the
+    dispatcher's ``_local_scalar_dense`` (``item``, ``bool``, ``int``, ``float`` and C++ checks
+    such as ``F.one_hot``'s or ``Beta``'s argument validation) and ``tolist``/``numpy``/``cpu``.
+    On a GPU each would wait for the device. Each read is kept with the names of the functions
+    of ``xfl/train.py`` on the stack."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads, self.where, self.active = [], [], False
+
+    def record(self, what):
+        if self.active:
+            stack = traceback.extract_stack()
+            self.reads.append((what, tuple(f.name for f in stack if f.filename == TRAIN_PY)))
+            self.where.append(f"{stack[-3].filename}:{stack[-3].lineno} {stack[-3].name}")
+
+    def __enter__(self):
+        self.active = True
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self.active = False
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.record("_local_scalar_dense")
+        return func(*args, **(kwargs or {}))
 
 
 @pytest.fixture
-def read_backs(monkeypatch):
-    """Count tensor read-backs (host syncs on a GPU) made by xfl's own code, on any device."""
-    counted = []
+def device_reads(monkeypatch):
+    """A ``DeviceReads`` (active inside ``with``), with AdamW fused as on CUDA (the CPU's default
+    AdamW reads its step counters, which live on the host by design)."""
+    mode = DeviceReads()
     for name in READ_BACKS:
         original = getattr(torch.Tensor, name)
 
         def counting(self, *args, _original=original, _name=name, **kwargs):
-            if sys._getframe(1).f_code.co_filename.startswith(XFL_DIR):
-                counted.append((_name, sys._getframe(1).f_code.co_name))
+            mode.record(_name)
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counting)
-    return counted
+    make_optimizer = T.make_optimizer
+    monkeypatch.setattr(T, "make_optimizer", lambda *a, **k: make_optimizer(*a, **k, fused=True))
+    return mode
 
 
-def run_copy(steps, **overrides):
-    config = TrainConfig(steps=steps, lr=1e-3, warmup=2, log_every=100, progress=False, device="cpu",
-                         **overrides)
-    return train(copy_model(), partial(epoch_batches, copy_pairs(64), 8), seq2seq_loss, config)
-
-
-def test_xfl_reads_nothing_back_inside_a_step(read_backs):
-    """The ViT's step (gather, crop, flip, TrivialAugment, MixUp/CutMix, loss, fp32 step)."""
+def vit_task():
+    """The ViT recipe's batches: gather, crop, flip, TrivialAugment, MixUp/CutMix on each."""
     from xfl.augment import augment_batch
+
+    task = striped_task(16)
+    task.augment, task.mix_prob = partial(augment_batch, padding=1, trivial=True), 1.0
+    return tiny_vit(dropout=0.1), task.batches, task.loss
+
+
+def copy_task():
+    return copy_model(), partial(epoch_batches, copy_pairs(64), 8), seq2seq_loss
+
+
+@pytest.mark.parametrize("make", [vit_task, copy_task])
+def test_nothing_is_read_back_inside_a_step(device_reads, make):
+    """Batches made, moved, augmented and mixed, then a fused fp32 AdamW step: no read-back."""
     from xfl.precision import choose_precision
 
-    model, task = tiny_vit(dropout=0.1), striped_task(16)
-    task.augment, task.mix_prob = partial(augment_batch, padding=1, trivial=True), 1.0
-    config = TrainConfig(weight_decay=0.05)
-    optimizer, precision = T.make_optimizer(model, config), choose_precision("cpu")
+    model, data, loss_fn = make()
+    optimizer, precision = T.make_optimizer(model, TrainConfig(weight_decay=0.05)), choose_precision("cpu")
     sync_debug = torch.cuda.is_available()  # a real GPU: let CUDA itself flag any sync too
     if sync_debug:
         torch.cuda.set_sync_debug_mode("error")
     try:
-        for index in task.batches(0):
-            T.train_step(model, task.loss, index, optimizer, precision.grad_scaler(), precision)
+        with device_reads:
+            for batch in data(0):
+                T.train_step(model, loss_fn, T._to_device(batch, torch.device("cpu")), optimizer,
+                             precision.grad_scaler(), precision)
     finally:
         if sync_debug:
             torch.cuda.set_sync_debug_mode("default")
-    assert read_backs == []
+    assert device_reads.reads == [], device_reads.where
 
 
-def test_read_backs_happen_only_when_logging(read_backs):
-    run_copy(steps=3)
-    few = list(read_backs)
-    read_backs.clear()
-    run_copy(steps=12)
-    assert read_backs == few and 1 <= len(few) <= 4  # the final log line's, whatever the step count
+def train_quietly(make, steps, reads):
+    model, data, loss_fn = make()
+    config = TrainConfig(steps=steps, lr=1e-3, warmup=2, log_every=100, progress=False, device="cpu")
+    with reads:
+        return train(model, data, loss_fn, config)
+
+
+@pytest.mark.parametrize("make", [vit_task, copy_task])
+def test_the_loop_reads_back_only_when_logging(device_reads, make):
+    """The whole loop (data, steps, clock): the only reads are the final log line's, as many
+    after 3 steps as after 12."""
+    train_quietly(make, 3, device_reads)
+    few = list(device_reads.reads)
+    device_reads.reads.clear()
+    train_quietly(make, 12, device_reads)
+    assert device_reads.reads == few and 1 <= len(few) <= 4, device_reads.where
+    assert all("log" in names for _, names in few), few
 
 
 # ------------------------------------------------------------------ evaluation callback

@@ -7,9 +7,10 @@ page and the ViT recipe of ``chapters/ch07_vit/vision_transformer``; ``bench/vit
   ICCV 2021).
 - ``mix_batch``: MixUp (Zhang et al., 2018) or CutMix (Yun et al., 2019) with soft targets.
 
-Every operation is computed for the whole batch and each image keeps its own: no per-image
+Every operation runs on a whole batch (or on the share of a batch that drew it): no per-image
 Python loop, random numbers drawn on the images' device (or from a given generator) and nothing
-read back to the host, so they suit batches that live on a GPU.
+read back to the host (``tests/test_train.py`` fails on any read-back in a training step), so
+they suit batches that live on a GPU.
 """
 
 from __future__ import annotations
@@ -169,20 +170,32 @@ def apply_op(name: str, images: Tensor, magnitude: Tensor) -> Tensor:
     return OPERATIONS[name](images, magnitude)
 
 
+def _op_sizes(batch: int, n_ops: int) -> list[int]:
+    """How many images of a batch each operation gets: ``batch`` split as evenly as possible."""
+    q, r = divmod(batch, n_ops)
+    return [q + 1 if k < r else q for k in range(n_ops)]
+
+
 def trivial_augment(images: Tensor, generator: torch.Generator | None = None,
                     ops: tuple[str, ...] = OPS) -> Tensor:
     """uint8 ``(B, 3, H, W)`` -> uint8 ``(B, 3, H, W)``: one random operation from ``ops`` per
-    image at a random signed magnitude. Random numbers come from ``generator`` on its own
-    device (then move to the images'), or from the images' device's global generator."""
+    image at a random signed magnitude. A random permutation deals the images out to the
+    operations in equal shares (B / len(ops), give or take one), so each image draws each
+    operation with the same chance and every operation runs only on its own images: one
+    operation's work per image, shares known on the host, nothing read back. Random numbers come
+    from ``generator`` on its own device (then move to the images'), or from the images' device's
+    global generator."""
     if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
         raise ValueError(f"images must be uint8 (B, 3, H, W), got {images.dtype} {tuple(images.shape)}")
     B = images.shape[0]
-    choice = _integers(len(ops), B, generator, images.device)  # (B,)
+    where = generator.device if generator is not None else images.device
+    order = torch.randperm(B, generator=generator, device=where).to(images.device)  # (B,)
     magnitude = _uniform(B, generator, images.device) * 2 - 1  # (B,) in [-1, 1)
     x = images.float()
-    out = x
-    for k, name in enumerate(ops):
-        out = torch.where(_per_image(choice == k), apply_op(name, x, magnitude), out)
+    out = torch.empty_like(x)
+    for name, index in zip(ops, order.split(_op_sizes(B, len(ops)))):
+        if len(index):
+            out[index] = apply_op(name, x[index], magnitude[index])  # (b, 3, H, W): this op's share
     return out.round().clamp(0, 255).to(torch.uint8)
 
 
@@ -210,7 +223,14 @@ def _box_mask(H: int, W: int, lam: Tensor, generator, device) -> Tensor:
 def _beta(alpha: float, device) -> Tensor:
     """One draw ``()`` from Beta(alpha, alpha), on ``device``'s global generator."""
     a = torch.full((), alpha, device=device)  # filled there: a copy from the host would wait
-    return torch.distributions.Beta(a, a).sample()
+    return torch.distributions.Beta(a, a, validate_args=False).sample()  # validating would read a back
+
+
+def one_hot(labels: Tensor, num_classes: int, dtype: torch.dtype) -> Tensor:
+    """``(B,)`` class ids -> ``(B, num_classes)`` one-hot rows in ``dtype``; unlike ``F.one_hot``
+    on the CPU, it reads nothing back to check the ids (an id out of range fails in the scatter)."""
+    return torch.zeros(len(labels), num_classes, dtype=dtype, device=labels.device).scatter_(
+        1, labels[:, None], 1.0)
 
 
 def mix_batch(images: Tensor, labels: Tensor, num_classes: int, mix_prob: float,
@@ -221,7 +241,7 @@ def mix_batch(images: Tensor, labels: Tensor, num_classes: int, mix_prob: float,
     mixed, half the time by MixUp, half by CutMix (whose target weight is the pasted box's true
     area). The choice and the box stay on the device (no host synchronisation); the mixing
     weight is drawn from the device's global generator."""
-    targets = F.one_hot(labels, num_classes).to(images.dtype)  # (B, K)
+    targets = one_hot(labels, num_classes, images.dtype)  # (B, K)
     if mix_prob <= 0:
         return images, targets
     draw = _uniform(2, generator, images.device)

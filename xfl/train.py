@@ -206,10 +206,12 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device | str = "cpu"):
-    """AdamW over :func:`parameter_groups`, fused into one kernel per step on CUDA."""
+def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device | str = "cpu",
+                   fused: bool | None = None):
+    """AdamW over :func:`parameter_groups`, fused into one kernel per step on CUDA (``fused``
+    None), or wherever ``fused`` says (a fused step reads nothing back, nor does GradScaler's)."""
     groups = parameter_groups(model, config.weight_decay)
-    fused = torch.device(device).type == "cuda"
+    fused = torch.device(device).type == "cuda" if fused is None else fused
     return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps, fused=fused)
 
 
