@@ -7,9 +7,11 @@
 
 Writes JSON to ``bench/results/translate.json`` (or ``--out``): held-out multi-reference
 sacreBLEU on the test split, scored once (detokenized hypotheses, raw references,
-case-insensitive), what was chosen on the validation split (averaged or final weights, beam
-size, length penalty) and the scores that chose it, parameters, training tokens per second,
-wall time, device and the configuration; plus two CPU timings:
+case-insensitive); the validation curve (greedy BLEU on a few hundred validation sentences every
+``eval_every`` steps, timed apart from training) whose best weights are kept; the beam size and
+length penalty chosen on the validation split and the scores that chose them; the model (its
+description and parameter count, printed from it), training tokens per second, compilation
+seconds, wall time, device and the configuration; plus two CPU timings:
 
 - xfl's one-pass causal decoder vs the lecture's decoder, which re-runs the stack once per
   target position (``xfl.lecture.lecture_decode``), at B=50, L=10, d=256 (goal: >= 4.5x faster);
@@ -37,68 +39,95 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bench.report import device_name, write_results
+from bench.report import BestWeights, device_name, resume_path, write_results
 from xfl.attention import MultiHeadAttention
 from xfl.blocks import TransformerStack
-from xfl.checkpoint import LastWeights
+from xfl.batches import bucket, bucket_batches, bucketed
 from xfl.data.tatoeba import load_pairs
 from xfl.model import Seq2SeqTransformer, count_parameters
 from xfl.lecture import time_decoders
 from xfl.timing import compare
 from xfl.runtime import default_device, seed_everything
 from xfl.train import TrainConfig, seq2seq_loss, train
-from xfl.translation import choose_decoding, choose_weights, epoch_batches, heldout_bleu, prepare_task
+from xfl.translation import choose_decoding, epoch_batches, heldout_bleu, prepare_task
 
 RESULTS = Path(__file__).resolve().parent / "results" / "translate.json"
 TIMINGS = RESULTS.with_name("translate_timings.json")  # --timings-only: the CPU goals alone
 
-# Pre-LN, 4+4 layers of width 512 on 8,000 joint byte-pair merges (about 48M parameters, one
-# embedding table shared by both languages and the output): small enough for ~100 epochs of
-# Tatoeba in 10 minutes of bf16 on an H100, regularised by dropout 0.2 and label smoothing 0.1.
-# The learning rate warms up, then decays to zero on the clock (cosine over the time budget).
-# Chosen on the validation split: the final or the averaged last weights, then the beam size and
-# length penalty; the test split is scored once, with those choices.
-# Not yet run on a GPU: the numbers in results/ say what was measured.
+# A Pre-LN encoder-decoder on joint byte-pair subwords, one embedding table shared by both
+# languages and the output (``describe`` prints its sizes and parameter count from the model),
+# regularised by dropout and label smoothing. The learning rate warms up over a number of steps
+# (not seconds: a GPU compiling would eat a warm-up on the clock), then decays to zero on the
+# clock (cosine over the time budget). Batches are padded to lengths in multiples of ``bucket``
+# and every such shape is compiled before the clock starts. Every ``eval_every`` steps, greedy
+# BLEU on ``track_sentences`` validation sentences (outside the clock); the best weights are kept.
+# Then the beam size and length penalty are chosen on the validation split; the test split is
+# scored once, with those choices. Not yet run on a GPU: the numbers in results/ say what was measured.
 GPU = dict(model=dict(d_model=512, num_heads=8, num_encoder_layers=4, num_decoder_layers=4,
                       d_hidden=2048, dropout=0.2, norm_first=True, tie_output=True),
-           train=dict(lr=7e-4, schedule="cosine", warmup_fraction=0.05, weight_decay=0.01,
-                      clip_norm=1.0, log_every=100, eval_every=500),
-           subwords=8000, batch_size=256, label_smoothing=0.1, average_last=5,
+           train=dict(lr=7e-4, schedule="cosine", warmup_steps=2000, weight_decay=0.01,
+                      clip_norm=1.0, log_every=100, eval_every=2500),
+           subwords=8000, batch_size=256, label_smoothing=0.1, bucket=16, track_sentences=300,
            beam_sizes=(1, 4, 8), length_penalties=(0.0, 0.6, 1.0),
            train_limit=None, valid_limit=None, test_limit=None)
 SMOKE = dict(model=dict(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
                         d_hidden=64, dropout=0.1, norm_first=True, tie_output=True),
-             train=dict(lr=3e-3, schedule="cosine", warmup_fraction=0.05, weight_decay=0.01,
+             train=dict(lr=3e-3, schedule="cosine", warmup_steps=10, weight_decay=0.01,
                         clip_norm=1.0, log_every=10, eval_every=20),
-             subwords=500, batch_size=32, label_smoothing=0.1, average_last=3,
+             subwords=500, batch_size=32, label_smoothing=0.1, bucket=8, track_sentences=20,
              beam_sizes=(1, 2), length_penalties=(0.0, 1.0),
              train_limit=3000, valid_limit=30, test_limit=40)
 
 
+def describe(model: Seq2SeqTransformer) -> str:
+    """The recipe's model in words, read from the model itself."""
+    c = model.config
+    norm = "Pre-LN" if c.norm_first else "post-LN"
+    shared = ", one embedding table for both languages" if c.share_embeddings else ""
+    tied = " and the output" if c.tie_output else ""
+    return (f"{norm} encoder-decoder, {c.num_encoder_layers}+{c.num_decoder_layers} layers of width "
+            f"{c.d_model}, {c.num_heads} heads, feed-forward {c.d_hidden}, dropout {c.dropout}, "
+            f"{c.src_vocab:,} subwords{shared}{tied}: {count_parameters(model):,} parameters")
+
+
+def bucketed_epochs(task, batch_size: int, multiple: int):
+    """``data(epoch)`` for ``train``: the epoch's batches, padded to bucket lengths."""
+    return lambda epoch: bucketed(epoch_batches(task.train, batch_size, epoch), batch_size, multiple)
+
+
+def greedy_valid_bleu(task, limit: int):
+    """``score(model)``: greedy BLEU on the first ``limit`` validation sentences."""
+    return lambda model: heldout_bleu(model, task, beam_size=1, limit=limit, split="valid")["bleu"]
+
+
 def train_and_score(recipe: dict, budget: float, device: torch.device, progress: bool) -> dict:
-    """Prepare Tatoeba, train for ``budget`` seconds, make every choice on the validation split,
-    then score the test split once. Returns BLEU, the choices and throughput numbers."""
+    """Prepare Tatoeba, train for ``budget`` seconds tracking validation BLEU, keep the best
+    weights, choose the decoding on the validation split, then score the test split once."""
     seed_everything(0)
     task = prepare_task(load_pairs(), train_limit=recipe["train_limit"], subwords=recipe["subwords"])
-    model = Seq2SeqTransformer(task.model_config(**recipe["model"]))
+    B, multiple = recipe["batch_size"], recipe["bucket"]
+    longest = bucket(task.max_len + 2, multiple)  # SOS + EOS: the longest padded sentence
+    model = Seq2SeqTransformer(task.model_config(max_len=longest + 1, **recipe["model"]))
     config = TrainConfig(steps=10**9, max_seconds=budget, device=str(device), progress=progress,
                          **recipe["train"])
     loss = partial(seq2seq_loss, label_smoothing=recipe["label_smoothing"])
-    kept = LastWeights(keep=recipe["average_last"])
-    state = train(model, partial(epoch_batches, task.train, recipe["batch_size"]), loss, config, evaluate=kept)
+    best = BestWeights(greedy_valid_bleu(task, recipe["track_sentences"]), "valid_bleu",
+                       resume_path("translate-best.pt"))
+    state = train(model, bucketed_epochs(task, B, multiple), loss, config, evaluate=best,
+                  shapes=bucket_batches(B, longest, multiple))
     start = time.perf_counter()
-    weights = choose_weights(model, task, kept, limit=recipe["valid_limit"])
+    kept = {"valid_bleu": best.restore(model), "step": max(state.evals, key=lambda e: e["valid_bleu"])["step"]}
     decoding = choose_decoding(model, task, recipe["beam_sizes"], recipe["length_penalties"],
                                limit=recipe["valid_limit"])
     score = heldout_bleu(model, task, beam_size=decoding["beam_size"],
                          length_penalty=decoding["length_penalty"], limit=recipe["test_limit"])
     return {"bleu": score["bleu"], "bleu_signature": score["signature"], "bleu_split": score["split"],
             "test_sentences": score["sentences"], "examples": score["examples"],
-            "chosen_on_valid": {"weights": weights, "decoding": decoding},
-            "valid_sentences": len(task.valid[:recipe["valid_limit"]]),
-            "parameters": count_parameters(model), "steps": state.step, "epochs": state.epoch,
-            "train_seconds": state.seconds, "compile_seconds": state.compile_seconds,
-            "train_tokens": state.tokens,
+            "chosen_on_valid": {"weights": {**kept, "chosen_on": "valid"}, "decoding": decoding},
+            "valid_curve": state.evals, "valid_sentences": len(task.valid[:recipe["valid_limit"]]),
+            "model": describe(model), "parameters": count_parameters(model), "steps": state.step,
+            "epochs": state.epoch, "train_seconds": state.seconds, "compile_seconds": state.compile_seconds,
+            "compiled_shapes": len(bucket_batches(B, longest, multiple)), "train_tokens": state.tokens,
             "tokens_per_second": state.tokens / state.seconds, "final_loss": state.history[-1]["loss"],
             "decode_seconds": time.perf_counter() - start, "train_pairs": len(task.train),
             "vocab": {"joint_subwords": len(task.src_vocab)},
@@ -159,7 +188,7 @@ def main(argv=None) -> dict:
     result.update(cpu_timings(3 if args.smoke else 10))
     result.update(wall_seconds=time.perf_counter() - wall, torch=torch.__version__)
     write_results(args.out or (TIMINGS if args.timings_only else RESULTS), result)
-    keys = ("device", "bleu", "parameters", "tokens_per_second", "wall_seconds", "cpu_threads")
+    keys = ("device", "model", "bleu", "tokens_per_second", "compile_seconds", "wall_seconds", "cpu_threads")
     summary = {k: result[k] for k in keys if k in result}
     summary["decoder_ratio"] = result["decoder_speed_cpu"]["ratio"]
     summary["attention_ratio"] = result["attention_speed_cpu"]["ratio"]

@@ -24,6 +24,12 @@ def test_smoke_run_writes_results(tmp_path):
     assert saved["train_seconds"] >= 4.0 and saved["config"]["max_seconds"] == 4.0
     assert saved["compile_seconds"] > 0  # the first step, timed apart from the budget
     assert saved["device"].startswith("cpu") and saved["smoke"] is True
+    assert saved["train_size"] == 2048 - 256 and saved["valid_size"] == 256  # held out of training
+    curve = saved["valid_curve"]  # validation accuracy every eval_every steps and at the end
+    assert curve and curve[-1]["step"] == saved["steps"] and all(0 <= e["valid_accuracy"] <= 1 for e in curve)
+    best = max(curve, key=lambda e: e["valid_accuracy"])
+    assert saved["kept_weights"] == {"valid_accuracy": best["valid_accuracy"], "step": best["step"]}
+    assert saved["model_description"].endswith(f"{saved['parameters']:,} parameters")
 
 
 def test_gpu_config_is_the_documented_recipe():
@@ -33,7 +39,18 @@ def test_gpu_config_is_the_documented_recipe():
     assert (model.patch_size, model.d_model, model.num_layers) == (4, 256, 7)
     assert config.max_seconds == 600.0 and config.compile and config.amp
     assert config.schedule == "cosine" and recipe["batch_size"] == 512 and recipe["mix_prob"] == 0.3
+    assert config.warmup_steps > 0 and config.eval_every > 0  # warm-up in steps; validation tracked
     assert n_train == 0 and n_test == 0  # the whole dataset
+
+
+def test_the_description_and_count_come_from_the_model():
+    from xfl.vit import ViT
+
+    bench = load_bench()
+    model = ViT(bench.GPU_MODEL)
+    assert bench.describe(model) == ("ViT, 32x32 images in 4x4 patches, 7 Pre-LN layers of width 256, "
+                                     "4 heads, feed-forward 512, cls pooling: "
+                                     f"{sum(p.numel() for p in model.parameters()):,} parameters")
 
 
 @pytest.mark.parametrize("argv", [["--budget", "x"], ["--nope"]])

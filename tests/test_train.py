@@ -364,3 +364,86 @@ def test_last_weights_average_the_last_copies_only():
         LastWeights(keep=0)
     with pytest.raises(ValueError, match="no weights kept"):
         LastWeights(keep=3).average()
+
+
+# ---------------------------------------------------------- no compilation inside the clock
+@pytest.mark.parametrize("bucketing", [True, False])
+def test_every_compilation_happens_before_the_clock_starts(monkeypatch, bucketing):
+    """Counts dynamo's compilations (a backend that records them, ``torch.compile`` on the CPU)
+    over a short run on varied sentence lengths: with buckets compiled first (``shapes``), all
+    happen before the first step; without, some happen after it, inside the clock."""
+    from xfl.batches import bucket_batches, bucketed
+    from xfl.precision import Precision
+
+    compiled_at, loss_calls = [], [0]
+
+    def counting_backend(graph, example_inputs):
+        compiled_at.append(loss_calls[0])
+        return graph.forward
+
+    def counted_loss(model, batch):
+        loss_calls[0] += 1
+        return seq2seq_loss(model, batch)
+
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: compile_(model, backend=counting_backend))
+    monkeypatch.setattr(T, "choose_precision", lambda device, amp=True: Precision("fp32", "cpu", compile=True))
+    torch._dynamo.reset()
+    pairs = copy_pairs(96, min_len=2, max_len=13)  # 2..13 words: 4..15 target tokens
+    data = partial(epoch_batches, pairs, 8)
+    if bucketing:
+        data = lambda epoch: bucketed(epoch_batches(pairs, 8, epoch), 8, multiple=8)  # noqa: E731
+    shapes = bucket_batches(8, longest=15, multiple=8) if bucketing else None
+    config = TrainConfig(steps=12, lr=1e-3, warmup=2, log_every=100, progress=False, device="cpu")
+    train(copy_model(), data, counted_loss, config, shapes=shapes)
+    torch._dynamo.reset()
+    before_clock = len(shapes) + 1 if bucketing else 1  # the precompiled shapes, then step 1
+    assert compiled_at and loss_calls[0] == before_clock + 11
+    if bucketing:
+        assert max(compiled_at) <= len(shapes), compiled_at  # none during the 12 steps
+    else:
+        assert max(compiled_at) > before_clock, compiled_at  # a new shape recompiled on the clock
+
+
+def test_bucketed_batches_give_the_loss_of_the_unpadded_ones():
+    from xfl.batches import bucketed
+
+    model = copy_model(dropout=0.0).eval()
+    batches = list(epoch_batches(copy_pairs(24, max_len=9), 8, 0))
+    padded = list(bucketed(batches + [(batches[0][0][:3], batches[0][1][:3])], 8, multiple=8))
+    assert len(padded) == 3  # the short batch is dropped
+    for (src, tgt), (psrc, ptgt) in zip(batches, padded):
+        assert psrc.shape[1] == ptgt.shape[1] - 1 and psrc.shape[1] % 8 == 0
+        torch.testing.assert_close(seq2seq_loss(model, (psrc, ptgt))[0], seq2seq_loss(model, (src, tgt))[0])
+
+
+# ------------------------------------------------------------- one run over several calls
+def test_a_run_past_its_deadline_checkpoints_and_the_next_call_resumes(tmp_path, monkeypatch):
+    data = partial(epoch_batches, copy_pairs(64), 8)
+    config = TrainConfig(steps=12, lr=1e-3, warmup=2, log_every=3, progress=False, device="cpu")
+    straight = copy_model()
+    train(straight, data, seq2seq_loss, config)
+    monkeypatch.setenv("XFL_CHECKPOINT_DIR", str(tmp_path))
+    clock = iter(range(10**6))
+    monkeypatch.setattr(T.time, "time", lambda: next(clock))  # one tick per read of the clock
+    monkeypatch.setenv("XFL_DEADLINE", "5")  # passes during the first call
+    first = copy_model()
+    with pytest.raises(T.DeadlineReached, match="run again to resume"):
+        train(first, data, seq2seq_loss, config)
+    saved = list(tmp_path.glob("run*.pt"))
+    assert len(saved) == 1 and 0 < load_checkpoint(str(saved[0]), copy_model())["step"] < 12
+    monkeypatch.delenv("XFL_DEADLINE")
+    monkeypatch.setattr(T, "_runs_started", T.itertools.count())  # the notebook, run again
+    resumed = copy_model()
+    state = train(resumed, data, seq2seq_loss, config)
+    assert state.step == 12 and [h["step"] for h in state.history] == [3, 6, 9, 12]
+    for p, q in zip(straight.parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)  # as if never stopped
+
+
+def test_warmup_counted_in_steps_then_cosine_on_the_clock():
+    config = TrainConfig(lr=1.0, schedule="cosine", steps=10**9, max_seconds=100.0, warmup_steps=4)
+    assert config.lr_at(0, 50.0) == pytest.approx(0.25 * 0.5)  # step 1 of 4, half-way on the clock
+    assert config.lr_at(3, 0.0) == pytest.approx(1.0) and config.lr_at(9, 100.0) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="warmup_steps must be an int >= 0, got -1"):
+        TrainConfig(warmup_steps=-1)

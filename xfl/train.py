@@ -19,16 +19,24 @@ DistributedDataParallel (``xfl.distributed``).
   read only when logging). See ``seq2seq_loss``, ``lm_loss`` and ``xfl.vit_train``.
 - ``on_log(entry)`` sees every history entry; ``evaluate(model) -> dict`` runs in eval mode
   every ``eval_every`` steps and at the end, outside the training clock.
+- ``shapes``: example batches, one per input shape; a compiled model compiles each before the
+  clock starts (variable shapes would recompile inside it). ``tests/test_train.py`` counts
+  compilations and host reads.
+- One run over several calls (``tools.gpu_plan``): ``XFL_CHECKPOINT_DIR`` gives every run a
+  checkpoint, ``XFL_DEADLINE`` makes it save and stop (``DeadlineReached``); run the same code
+  again to resume.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import math
 import os
 import re
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Callable, Iterable
 
@@ -37,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import trusted_inputs
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .distributed import (Processes, from_main, join, mean_over_processes, shard, sum_over_processes,
                           unwrap, wrap)
 from .modes import eval_mode
@@ -111,7 +119,9 @@ class TrainConfig:
     lr: float = 5e-4  # peak learning rate
     schedule: str = "inverse_sqrt"  # or "cosine" (decays to 0 when steps or max_seconds run out)
     warmup: int = 400  # inverse_sqrt: warm-up steps (0 = constant lr)
-    warmup_fraction: float = 0.05  # cosine: the fraction of the run spent warming up
+    warmup_fraction: float = 0.05  # cosine: the fraction of the run spent warming up ...
+    warmup_steps: int = 0  # ... or, when > 0, this many steps (a clock-based warm-up can elapse
+    #                        while a GPU compiles; steps cannot)
     weight_decay: float = 0.01
     betas: tuple = (0.9, 0.98)
     eps: float = 1e-9
@@ -130,6 +140,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
 
     def progress_at(self, step: int, seconds: float) -> float:
         """Fraction of the run done: by steps, or by the clock when ``max_seconds`` is set."""
@@ -140,7 +152,10 @@ class TrainConfig:
         """The learning rate of optimizer step ``step`` (0-based), ``seconds`` into the run."""
         if self.schedule == "inverse_sqrt":
             return self.lr * inverse_sqrt_factor(step, self.warmup)
-        return self.lr * warmup_cosine(self.progress_at(step, seconds), self.warmup_fraction)
+        progress = self.progress_at(step, seconds)
+        if self.warmup_steps:
+            return self.lr * min((step + 1) / self.warmup_steps, 1.0) * warmup_cosine(progress, 0.0)
+        return self.lr * warmup_cosine(progress, self.warmup_fraction)
 
 
 @dataclass
@@ -282,6 +297,7 @@ class Run:
     grad_norm: Tensor | None = None
     seconds_before: float = 0.0  # training time of earlier (resumed-from) runs
     clock_start: float | None = None  # set after the first step of this run
+    deadline: float | None = None  # Unix time (XFL_DEADLINE) at which to checkpoint and stop
 
     @property
     def device(self) -> torch.device:
@@ -305,7 +321,23 @@ def start(model: nn.Module, config: TrainConfig, resume: bool) -> Run:
     net = torch.compile(model) if config.compile and precision.compile else model
     zeros = partial(torch.zeros, (), device=processes.device)
     return Run(config, model, wrap(net, processes).train(), optimizer, scaler, precision, processes,
-               state, loss_sum=zeros(), target_sum=zeros(dtype=torch.int64), seconds_before=state.seconds)
+               state, loss_sum=zeros(), target_sum=zeros(dtype=torch.int64), seconds_before=state.seconds,
+               deadline=deadline_from_env())
+
+
+def precompile(run: Run, loss_fn: Callable, batches: Iterable) -> None:
+    """Run ``loss_fn`` forward and backward on each of ``batches`` (one per input shape the data
+    will produce) with no optimizer step, so that a compiled model compiles every shape before
+    the training clock starts; gradients and random states are left as they were."""
+    began, saved = time.perf_counter(), rng_state()
+    for batch in batches:
+        with run.precision.autocast(), trusted_inputs():  # as in train_step: the same graphs
+            loss, _ = loss_fn(run.net, _to_device(batch, run.device))
+        run.scaler.scale(loss).backward()
+    run.optimizer.zero_grad(set_to_none=True)
+    set_rng_state(saved)
+    synchronize(run.device)
+    run.state.compile_seconds += time.perf_counter() - began
 
 
 def finished(run: Run) -> bool:
@@ -362,12 +394,15 @@ def log(run: Run, on_log: Callable[[dict], None] | None) -> dict:
 
 
 def evaluate_now(run: Run, evaluate: Callable[[nn.Module], dict]) -> None:
-    """Run ``evaluate`` in eval mode, outside the training clock."""
+    """Run ``evaluate`` in eval mode, outside the training clock; the entry records the step,
+    the training seconds so far and the evaluation's own seconds."""
     began = time.perf_counter()
     with eval_mode(run.model):
-        run.state.evals.append({"step": run.state.step, **evaluate(run.model)})
+        result = evaluate(run.model)
+    took = time.perf_counter() - began
+    run.state.evals.append({"step": run.state.step, "seconds": run.state.seconds, "eval_seconds": took, **result})
     if run.clock_start is not None:
-        run.clock_start += time.perf_counter() - began
+        run.clock_start += took
 
 
 def checkpoint(run: Run) -> None:
@@ -387,16 +422,62 @@ def progress_bar(run: Run):
                 disable=not run.config.progress or not run.processes.is_main)
 
 
+# ---------------------------------------------------------- one run over several calls
+CHECKPOINT_DIR_ENV, DEADLINE_ENV = "XFL_CHECKPOINT_DIR", "XFL_DEADLINE"
+_runs_started = itertools.count()  # train() calls in this process, in order
+
+
+class DeadlineReached(RuntimeError):
+    """``train`` passed ``XFL_DEADLINE`` and saved its checkpoint: run it again to resume."""
+
+
+def deadline_from_env() -> float | None:
+    """``XFL_DEADLINE``: the Unix time (seconds) at which runs checkpoint and stop, or None."""
+    value = os.environ.get(DEADLINE_ENV)
+    try:
+        return float(value) if value else None
+    except ValueError:
+        raise ValueError(f"{DEADLINE_ENV} must be a Unix time in seconds, got {value!r}") from None
+
+
+def split_over_calls(config: TrainConfig, model: nn.Module, resume: bool) -> TrainConfig:
+    """With ``XFL_CHECKPOINT_DIR`` set (``tools.gpu_plan`` sets it), a run that has no checkpoint
+    path of its own gets one in that folder, named by its order among this process's runs and a
+    digest of its configuration and parameter shapes: the same notebook, run again, finds each
+    run's checkpoint, so a finished run returns at once and an interrupted one resumes. What an
+    ``evaluate`` callback keeps outside the returned state is not restored."""
+    number, folder = next(_runs_started), os.environ.get(CHECKPOINT_DIR_ENV)
+    if not folder or config.checkpoint_path or not resume:
+        return config
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    digest = hashlib.sha256(repr((asdict(config), type(model).__name__, shapes)).encode()).hexdigest()
+    return replace(config, checkpoint_path=os.path.join(folder, f"run{number:03d}-{digest[:12]}.pt"))
+
+
+def stop_at_deadline(run: Run) -> None:
+    """Past ``run.deadline``, a run that has a checkpoint path saves it and raises
+    ``DeadlineReached`` (one process only: the decision is not shared under DDP)."""
+    if run.deadline is not None and run.config.checkpoint_path and time.time() >= run.deadline:
+        checkpoint(run)
+        raise DeadlineReached(f"{DEADLINE_ENV} passed at step {run.state.step}; checkpoint saved to "
+                              f"{run.config.checkpoint_path}: run again to resume")
+
+
 # ------------------------------------------------------------------------ the loop
 def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable, config: TrainConfig,
           resume: bool = True, evaluate: Callable[[nn.Module], dict] | None = None,
-          on_log: Callable[[dict], None] | None = None) -> TrainState:
+          on_log: Callable[[dict], None] | None = None, shapes: Iterable | None = None) -> TrainState:
     """Train ``model`` until ``config.steps`` or ``config.max_seconds`` runs out; see the module
     docstring for the arguments. With ``resume`` and a checkpoint at ``config.checkpoint_path``,
-    training continues from it exactly."""
-    run = start(model, config, resume)
+    training continues from it exactly. ``shapes``: one example batch per input shape, compiled
+    before the clock starts (``precompile``)."""
+    run = start(model, split_over_calls(config, model, resume), resume)
+    config = run.config
+    if shapes is not None and not finished(run):
+        precompile(run, loss_fn, shapes)
     state, batches, bar = run.state, _batches_from(data, run.state, run.processes), progress_bar(run)
     while not finished(run):
+        stop_at_deadline(run)
         state.epoch, index, batch = next(batches)
         state.batch_in_epoch = index + 1
         step(run, loss_fn, batch)
