@@ -1,0 +1,58 @@
+"""tools.gpu_plan: the GPU plan's dry run (the same steps on the CPU, tiny budgets) over two calls,
+the first stopped at its deadline and resumed by the second; the plans name every chapter."""
+
+import json
+import os
+
+import pytest
+
+from tools import gpu_plan
+from tools.executed import ROOT, toc_chapters
+
+
+def run(tmp_path, out, *extra):
+    return gpu_plan.main(["run", "recipes", "--dry-run", "--out", str(tmp_path / out),
+                          "--state", str(tmp_path / "state"), *extra])
+
+
+def test_dry_run_stops_at_the_deadline_then_resumes_and_finishes(tmp_path):
+    if not os.environ.get("XFL_DATA_MIRROR"):
+        pytest.skip("XFL_DATA_MIRROR is not set (CI points it at ../shared/data)")
+    # call 1: its deadline passes before the first step can train (a Python start takes longer)
+    assert run(tmp_path, "call1", "--call-seconds", str(gpu_plan.MARGIN_S + 0.3), "--min-start", "0") == 0
+    state = json.loads((tmp_path / "call1" / "state.json").read_text())
+    assert list(state["steps"]) == ["vit"] and state["steps"]["vit"]["status"] == "resume", state
+    assert "DeadlineReached" in state["steps"]["vit"]["tail"]
+    assert len(list((tmp_path / "state" / "checkpoints" / "vit").glob("run000-*.pt"))) == 1
+    assert sorted(p.name for p in (tmp_path / "call1").iterdir()) == ["state.json"]
+    # call 2: the checkpoint resumes, the other steps run
+    assert run(tmp_path, "call2", "--call-seconds", "600") == 0
+    state = json.loads((tmp_path / "call2" / "state.json").read_text())
+    assert {name: (s["status"], s["calls"]) for name, s in state["steps"].items()} == {
+        "vit": ("done", 2), "vit_fp16": ("done", 1), "translate": ("done", 1)}
+    assert sorted(p.name for p in (tmp_path / "call2").iterdir()) == [
+        "state.json", "translate.json", "vit.json", "vit_fp16.json"]
+    vit = json.loads((tmp_path / "call2" / "vit.json").read_text())
+    assert vit["steps"] > 0 and vit["train_seconds"] >= 2.0  # its whole budget, over two calls
+    # call 3: nothing left to do
+    assert run(tmp_path, "call3") == 0 and sorted(p.name for p in (tmp_path / "call3").iterdir()) == ["state.json"]
+
+
+def test_the_chapters_plan_runs_every_chapter_of_the_book():
+    paths = [step.argv[step.argv.index("execute") + 1] for step in gpu_plan.PLANS["chapters"]]
+    assert [p.removesuffix(".ipynb") for p in paths] == toc_chapters()
+    assert all((ROOT / p).exists() for p in paths)
+    assert gpu_plan.PLANS["all"] == gpu_plan.PLANS["recipes"] + gpu_plan.PLANS["chapters"]
+
+
+@pytest.mark.parametrize("code, output, expected", [
+    (0, "", "done"), (None, "", "resume"), (1, "xfl.train.DeadlineReached: XFL_DEADLINE passed", "resume"),
+    (1, "ValueError: bad", "failed")])
+def test_outcome_of_a_step(code, output, expected):
+    assert gpu_plan.outcome(code, output) == expected
+
+
+def test_a_state_of_another_plan_is_refused(tmp_path):
+    (tmp_path / "state.json").write_text(json.dumps({"plan": "chapters", "steps": {}}))
+    with pytest.raises(SystemExit, match="belongs to plan 'chapters', not 'recipes'"):
+        gpu_plan.read_state(tmp_path, "recipes")
