@@ -82,6 +82,13 @@ book: $(STAMP) $(if $(NPM),$(VENDOR)) exercise-pages
 device-wheels: $(STAMP)
 	$(BIN)/python -m tools.device_wheels
 
+# One call of a GPU plan on the lent machine (DEVELOPERS.md), where $$OUT is set:
+#   make gpu-plan PLAN=session1      (python -m tools.gpu_plan list PLAN: its steps)
+PLAN ?= session1
+.PHONY: gpu-plan
+gpu-plan:
+	$(PYTHON) -m tools.gpu_plan run $(PLAN) --out $(OUT)
+
 # The Colab-like environment (.venv-colab, kept between runs) with this checkout's xfl installed
 # as the chapters' first cell installs it, registered as the kernel xfl-colab-like in $(RUN_DIR).
 # Colab's packages install beside .venv; xfl after it (two builds of xfl in one tree would collide).

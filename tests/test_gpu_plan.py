@@ -43,6 +43,10 @@ def test_the_chapters_plan_runs_every_chapter_of_the_book():
     assert [p.removesuffix(".ipynb") for p in paths] == toc_chapters()
     assert all((ROOT / p).exists() for p in paths)
     assert gpu_plan.PLANS["all"] == gpu_plan.PLANS["recipes"] + gpu_plan.PLANS["chapters"]
+    sessions = [gpu_plan.PLANS[f"session{i}"] for i in range(1, len(gpu_plan.SESSIONS) + 1)]
+    in_sessions = [s.name for plan in sessions for s in plan]
+    assert sorted(in_sessions) == sorted(s.name for s in gpu_plan.PLANS["all"])  # each step once
+    assert all(sum(s.minutes for s in plan) <= 22 for plan in sessions)  # + setup: 28 minutes
 
 
 @pytest.mark.parametrize("code, output, expected", [

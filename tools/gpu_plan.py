@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.executed import toc_chapters
 from xfl.files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,14 +51,15 @@ class Step:
     dry_argv: tuple[str, ...]
     minutes: float
     env: dict = field(default_factory=dict)
+    start_s: float = MIN_START_S  # seconds it needs before its training starts (data, compiling)
 
 
 def bench(name: str, minutes: float, args: tuple = (), dry: tuple = (), env: dict | None = None,
-          module: str | None = None) -> Step:
+          module: str | None = None, start_s: float = MIN_START_S) -> Step:
     """A benchmark step writing ``{out}/<name>.json``."""
     argv = (sys.executable, "-m", f"bench.{module or name}", *args, "--out", f"{{out}}/{name}.json")
     dry_argv = (sys.executable, "-m", f"bench.{module or name}", "--smoke", *dry, "--out", f"{{out}}/{name}.json")
-    return Step(name, argv, dry_argv, minutes, env or {})
+    return Step(name, argv, dry_argv, minutes, env or {}, start_s)
 
 
 def chapter(path: str, minutes: float) -> Step:
@@ -66,20 +68,20 @@ def chapter(path: str, minutes: float) -> Step:
     return Step(Path(path).parts[1], argv, argv, minutes)
 
 
-RECIPES = [
-    bench("vit", 11.5, ("--quiet",), ("--budget", "2", "--quiet")),
-    bench("vit_fp16", 1.5, ("--quiet", "--budget", "60"), ("--budget", "1", "--quiet"),
-          env={"XFL_PRECISION": "fp16"}, module="vit"),  # the T4's path: fp16 + gradient scaler
-    bench("translate", 16.0, ("--no-timings", "--no-progress"), ("--budget", "2", "--no-timings", "--no-progress")),
-]
-CHAPTERS = [chapter(path, minutes) for path, minutes in (
-    ("chapters/ch00_data/datasets", 0.5), ("chapters/ch01_qkv/qkv_attention", 0.5),
-    ("chapters/ch02_multihead/multihead_attention", 0.5), ("chapters/ch03_masking/masking", 1.0),
-    ("chapters/ch04_position/positional_encoding", 0.5), ("chapters/ch045_subwords/subwords", 1.0),
-    ("chapters/ch05_encoder_decoder/translation", 5.0), ("chapters/ch06_bleu/bleu_decoding", 9.0),
-    ("chapters/ch07_vit/vision_transformer", 21.0), ("chapters/ch08_pixel/pixel_attention", 0.5),
-    ("chapters/ch09_gpt/decoder_only", 6.0))]
-PLANS = {"recipes": RECIPES, "chapters": CHAPTERS, "all": RECIPES + CHAPTERS}
+VIT = [bench("vit", 11.5, ("--quiet",), ("--budget", "2", "--quiet"), start_s=150),
+       bench("vit_fp16", 1.5, ("--quiet", "--budget", "60"), ("--budget", "1", "--quiet"),
+             env={"XFL_PRECISION": "fp16"}, module="vit")]  # the T4's path: fp16 + gradient scaler
+TRANSLATE = [bench("translate", 16.0, ("--no-timings", "--no-progress"),
+                   ("--budget", "2", "--no-timings", "--no-progress"), start_s=300)]
+MINUTES = {"ch05_encoder_decoder": 5.0, "ch06_bleu": 9.0, "ch07_vit": 21.0, "ch09_gpt": 6.0}  # H100 guesses
+CHAPTERS = [chapter(path, MINUTES.get(Path(path).parts[1], 1.0)) for path in toc_chapters()]
+BY_NAME = {step.name: step for step in VIT + TRANSLATE + CHAPTERS}
+SHORT = [s.name for s in CHAPTERS if s.minutes <= 1.0]
+# Sessions of about 28 minutes of device time each (DEVELOPERS.md), the recipes first:
+SESSIONS = [["vit", "vit_fp16", *SHORT], ["translate", "ch05_encoder_decoder"], ["ch07_vit"],
+            ["ch06_bleu", "ch09_gpt"]]
+PLANS = {"recipes": VIT + TRANSLATE, "chapters": CHAPTERS, "all": VIT + TRANSLATE + CHAPTERS,
+         **{f"session{i}": [BY_NAME[n] for n in names] for i, names in enumerate(SESSIONS, 1)}}
 
 
 # ------------------------------------------------------------------------------ state
@@ -129,7 +131,7 @@ def pending(plan: list[Step], state: dict) -> list[Step]:
 
 
 def run_call(name: str, folder: Path, out: Path, call_s: float, dry_run: bool,
-             min_start_s: float = MIN_START_S) -> dict:
+             min_start_s: float = float("inf")) -> dict:
     """One call: run the plan's pending steps while time and output slots last."""
     began = time.time()
     deadline = began + call_s - MARGIN_S
@@ -137,7 +139,7 @@ def run_call(name: str, folder: Path, out: Path, call_s: float, dry_run: bool,
     out.mkdir(parents=True, exist_ok=True)
     state = read_state(folder, name)
     for step in pending(PLANS[name], state):
-        if deadline - time.time() < min_start_s or len(list(out.iterdir())) >= MAX_OUT_FILES:
+        if deadline - time.time() < min(min_start_s, step.start_s) or len(list(out.iterdir())) >= MAX_OUT_FILES:
             break
         record = state["steps"].setdefault(step.name, {"seconds": 0.0, "calls": 0})
         start = time.time()
@@ -171,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--state", type=Path, default=ROOT / "build" / "plan", help="state and checkpoints")
     go.add_argument("--call-seconds", type=float, default=CALL_S, help=f"this call's length (default {CALL_S})")
     go.add_argument("--dry-run", action="store_true", help="the same steps on the CPU with tiny budgets")
-    go.add_argument("--min-start", type=float, default=MIN_START_S, help="seconds a step needs to start")
+    go.add_argument("--min-start", type=float, default=float("inf"),
+                    help="start a step with at least this many seconds left (default: what it needs)")
     args = parser.parse_args(argv)
     if args.command == "list":
         for step in PLANS[args.plan]:
