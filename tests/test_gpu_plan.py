@@ -2,6 +2,8 @@
 the first stopped at its deadline and resumed by the second; the plans name every chapter."""
 
 import json
+import sys
+import time
 import os
 
 import pytest
@@ -60,3 +62,31 @@ def test_a_state_of_another_plan_is_refused(tmp_path):
     (tmp_path / "state.json").write_text(json.dumps({"plan": "chapters", "steps": {}}))
     with pytest.raises(SystemExit, match="belongs to plan 'chapters', not 'recipes'"):
         gpu_plan.read_state(tmp_path, "recipes")
+
+
+def test_a_notebook_stopped_at_the_deadline_resumes_in_the_next_call(tmp_path):
+    """A chapter step's path: ``tools.executed execute`` on a notebook whose training run meets
+    the deadline is marked ``resume`` (its partial notebook dropped); the next call completes it
+    from the checkpoint and leaves the executed notebook."""
+    import nbformat
+
+    notebook = tmp_path / "tiny.ipynb"
+    code = ("import sys; sys.path.insert(0, {tests!r})\\n"
+            "from functools import partial\\n"
+            "from toy_tasks import copy_model, copy_pairs, epoch_batches\\n"
+            "from xfl.train import TrainConfig, seq2seq_loss, train\\n"
+            "state = train(copy_model(), partial(epoch_batches, copy_pairs(32), 8), seq2seq_loss,\\n"
+            "              TrainConfig(steps=8, log_every=4, progress=False, device='cpu'))\\n"
+            "print('steps', state.step, [h['step'] for h in state.history])")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        code.replace("\\n", "\n").format(tests=str(ROOT / "tests")))]), notebook)
+    step = gpu_plan.Step("tiny", (), (sys.executable, "-m", "tools.executed", "execute", str(notebook),
+                                      "--out", "{out}"), 1.0)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert gpu_plan.run_step(step, tmp_path / "state", out, time.time() - 1, dry_run=True)[0] == "resume"
+    assert list(out.iterdir()) == [] and len(list((tmp_path / "state").rglob("run000-*.pt"))) == 1
+    result, tail = gpu_plan.run_step(step, tmp_path / "state", out, time.time() + 120, dry_run=True)
+    assert result == "done", tail
+    text = "".join(o.get("text", "") for o in nbformat.read(out / "tiny.ipynb", 4).cells[0].outputs)
+    assert "steps 8 [4, 8]" in text  # resumed to the end, its history whole

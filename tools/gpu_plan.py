@@ -152,7 +152,7 @@ def run_call(name: str, folder: Path, out: Path, call_s: float, dry_run: bool,
         if record["status"] != "done":
             record["tail"] = tail
         print(f"[plan] {step.name}: {record['status']} after {record['seconds']:.0f} s in "
-              f"{record['calls']} call(s)", flush=True)
+              f"{record['calls']} call(s); its output ends:\n{tail[-600:]}", flush=True)
         write_state(folder, state, out)
         if record["status"] == "resume":
             break  # the call's time is up
