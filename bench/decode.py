@@ -10,8 +10,10 @@ Trains a word-level English -> Spanish model (Pre-LN, d=128, 2+2 layers; sentenc
 writes real sentences that end, not max-length noise (on a shared 2-core CPU, 900 s of a d=256,
 3+3-layer model were 234 steps, too few: its greedy output still looped), then decodes held-out
 English sentences (the validation split; nothing is chosen with it) four ways in the same run:
-greedy and beam search, each with ``use_cache=True`` and ``use_cache=False``. Writes JSON to
-``bench/results/decode_cache.json`` (or ``--out``): the seconds of each, the speed-ups, the
+greedy and beam search, each with ``use_cache=True`` and ``use_cache=False``, the two
+interleaved (``xfl.timing.compare``: one untimed round, then ``pairs`` rounds). Writes JSON to
+``bench/results/decode_cache.json`` (or ``--out``): the median seconds of each, the speed-ups
+(median of per-pair ratios, with their interquartile range, and the verdict), the
 number of sentences, the mean output length, the model's sizes, torch version and CPU threads,
 and how many sentences the cached and uncached decoders translated differently (must be 0).
 Sentence pairs from www.manythings.org/anki and tatoeba.org (CC-BY 2.0 FR).
@@ -35,7 +37,7 @@ from xfl.data.text import EOS, PAD, SOS, UNK, pad_batch
 from xfl.decode import beam_search, greedy_decode
 from xfl.model import Seq2SeqTransformer, count_parameters
 from xfl.runtime import seed_everything
-from xfl.timing import time_call
+from xfl.timing import compare
 from xfl.train import TrainConfig, seq2seq_loss, train
 from xfl.translation import epoch_batches, prepare_task
 
@@ -44,11 +46,11 @@ RESULTS = Path(__file__).resolve().parent / "results" / "decode_cache.json"
 FULL = dict(model=dict(d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
                        d_hidden=512, dropout=0.1, norm_first=True),
             task=dict(max_len=10, min_freq=5), lr=3e-3, batch_size=64, sentences=1000,
-            decode_batch=100, beam_size=4, train_seconds=1200.0)
+            decode_batch=100, beam_size=4, train_seconds=1200.0, pairs=3)
 SMOKE = dict(model=dict(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
                         d_hidden=64, dropout=0.1, norm_first=True),
              task=dict(max_len=12, train_limit=3000), lr=3e-3, batch_size=32, sentences=50,
-             decode_batch=25, beam_size=4, train_seconds=3.0)
+             decode_batch=25, beam_size=4, train_seconds=3.0, pairs=3)
 
 
 def trained_model(recipe: dict, seconds: float):
@@ -85,20 +87,21 @@ def decode_all(model, batches: list[torch.Tensor], beam_size: int, use_cache: bo
     return hyps, scores
 
 
-def timed(fn):
-    """``fn()``'s result and its seconds (one run, ``xfl.timing.time_call``)."""
-    out = []
-    return out, time_call(lambda: out.append(fn()), repeats=1, warmup=0).median_s
+def cache_comparison(model, batches, beam_size: int, pairs: int, threads: int | None):
+    """Cached against uncached decoding of the same batches, interleaved after one untimed round
+    (``xfl.timing.compare`` on ``threads`` CPU threads): median seconds, the speed-up as the
+    median of per-pair ratios with its interquartile range, the verdict, agreement, and the
+    cached hypotheses."""
+    out = {}
 
-
-def compare(model, batches, beam_size: int):
-    """Cached against uncached decoding of the same batches (after one untimed batch each way):
-    seconds, speed-up and agreement, and the cached hypotheses."""
-    for use_cache in (True, False):
-        decode_all(model, batches[:1], beam_size, use_cache)
-    ((hyps, scores),), cached_s = timed(partial(decode_all, model, batches, beam_size, True))
-    ((plain_hyps, plain_scores),), plain_s = timed(partial(decode_all, model, batches, beam_size, False))
-    return {"cached_seconds": cached_s, "uncached_seconds": plain_s, "speedup": plain_s / cached_s,
+    def run(use_cache):
+        return lambda: out.update({use_cache: decode_all(model, batches, beam_size, use_cache)})
+    timing = compare({"uncached": run(False), "cached": run(True)}, pairs=pairs, warmup=1, threads=threads)
+    (hyps, scores), (plain_hyps, plain_scores) = out[True], out[False]
+    summary = timing.summary("uncached", "cached")
+    return {"cached_seconds": summary["cached_s"], "uncached_seconds": summary["uncached_s"],
+            "speedup": summary["ratio"], "speedup_interquartile": summary["ratio_interquartile"],
+            "pairs": summary["pairs"], "threads": summary["threads"], "verdict": summary["verdict"],
             "differing_sentences": sum(a != b for a, b in zip(hyps, plain_hyps)),
             "max_score_difference": max(abs(a - b) for a, b in zip(scores, plain_scores)),
             "mean_output_tokens": sum(map(len, hyps)) / len(hyps)}, hyps
@@ -124,11 +127,10 @@ def main(argv=None) -> dict:
     wall, load = time.perf_counter(), os.getloadavg()[0]
     task, model, training = trained_model(recipe, args.train_seconds or recipe["train_seconds"])
     training["threads"] = torch.get_num_threads()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     sentences = [en for en, _ in task.valid[: args.sentences or recipe["sentences"]]]
     batches = source_batches(task, sentences, recipe["decode_batch"])
-    (greedy, greedy_hyps), (beam, beam_hyps) = (compare(model, batches, k) for k in (1, recipe["beam_size"]))
+    (greedy, greedy_hyps), (beam, beam_hyps) = (cache_comparison(model, batches, k, recipe["pairs"], args.threads)
+                                                for k in (1, recipe["beam_size"]))
     examples = [{"english": en, "greedy": task.target_text(g), "beam": task.target_text(b)}
                 for en, g, b in list(zip(sentences, greedy_hyps, beam_hyps))[:5]]
     result = {"smoke": args.smoke, "sentences": len(sentences), "decode_batch": recipe["decode_batch"],
@@ -136,7 +138,7 @@ def main(argv=None) -> dict:
               "identical_translations": greedy["differing_sentences"] + beam["differing_sentences"] == 0,
               "examples": examples,
               "model": model_sizes(model), "training": training, "device": device_name(torch.device("cpu")),
-              "cpu_threads": torch.get_num_threads(), "load_average_at_start": load,
+              "cpu_threads": greedy["threads"], "load_average_at_start": load,
               "torch": torch.__version__, "recipe": recipe,
               "wall_seconds": time.perf_counter() - wall}
     write_results(args.out or RESULTS, result)
