@@ -202,8 +202,10 @@ def test_benchmark_writes_its_results(tmp_path):
     from helpers import import_bench
 
     out = tmp_path / "bpe.json"
-    report = import_bench("bpe").main(["--merges", "20", "--repeats", "1", "--subword-nmt",
+    report = import_bench("bpe").main(["--merges", "20", "--repeats", "3", "--subword-nmt",
                                        "--out", str(out)])
     assert json.loads(out.read_text(encoding="utf-8")) == report
     assert report["merges"] == 20 and report["sentences"] == 2 * len(load_pairs())
     assert report["same_merges_as_subword_nmt"] is True and report["train_seconds_median"] > 0
+    low, high = report["subword_nmt_over_xfl_interquartile"]
+    assert low <= report["subword_nmt_over_xfl"] <= high and "xfl.bpe" in report["verdict"]
