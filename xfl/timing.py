@@ -1,6 +1,6 @@
 """One timing discipline for the chapters and the benchmarks.
 
-Used wherever the book compares speeds (chapters 2, 3, 4, 6, 8, 10, 11 and ``bench/``). Every
+Used wherever the book compares speeds (chapters 2, 3, 4, 4½, 6, 8, 10, 11 and ``bench/``). Every
 timed call waits for the device (CUDA/MPS) before reading the clock, so queued kernels count.
 
 Comparing candidates (the way to say "B is faster than A")::
