@@ -1,4 +1,4 @@
-"""Transformer blocks (chapters 3, 5 and 10; built in chapter 5): one class, post-LN or Pre-LN by a
+"""Transformer blocks (chapters 3, 4, 5 and 10; built in chapter 5): one class, post-LN or Pre-LN by a
 single flag.
 
 ``norm_first=False`` is the post-LN block of Vaswani et al. (2017), Kak's "First
