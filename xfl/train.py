@@ -370,6 +370,14 @@ def step(run: Run, loss_fn: Callable, batch) -> None:
         run.state.seconds = run.seconds_before + time.perf_counter() - run.clock_start
 
 
+def stop_clock(run: Run) -> None:
+    """Wait for the steps still queued on the device, then read the training clock a last time:
+    their time counts too (the loop itself never waits)."""
+    if run.clock_start is not None:
+        synchronize(run.device)
+        run.state.seconds = run.seconds_before + time.perf_counter() - run.clock_start
+
+
 def count_targets(run: Run) -> None:
     """Add the targets counted on the device (every process's) to ``state.tokens``."""
     run.state.tokens += int(sum_over_processes(run.target_sum, run.processes))
@@ -492,6 +500,7 @@ def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable, 
         if config.checkpoint_path and run.every(config.checkpoint_every):
             checkpoint(run)
     bar.close()
+    stop_clock(run)
     if run.window:
         log(run, on_log)
     if evaluate is not None and not run.every(config.eval_every):
