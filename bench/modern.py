@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from bench.report import device_name, write_results
-from xfl.ablation import (Recipe, ablation_variants, compare_variants, kv_head_study, position_study,
-                          spanish_characters, time_fused_path, time_norms)
+from xfl.ablation import (Recipe, ablation_variants, compare_variants, difference, kv_head_study,
+                          position_study, spanish_characters, time_fused_path, time_norms)
 from xfl.runtime import default_device
 
 RESULTS = Path(__file__).resolve().parent / "results" / "modern.json"
@@ -45,9 +45,11 @@ RECIPES = {
 }
 
 
-def plain(results: dict) -> dict:
-    """A study's results without the trained models, keys as strings (for JSON)."""
-    return {str(name): {k: v for k, v in r.items() if k != "models"} for name, r in results.items()}
+def plain(results: dict, base) -> dict:
+    """A study's results without the trained models, keys as strings (for JSON), each with its
+    verdict against ``results[base]`` (paired by seed, ``xfl.ablation.difference``)."""
+    return {str(name): {**{k: v for k, v in r.items() if k != "models"},
+                        "vs_" + str(base): difference(r, results[base])} for name, r in results.items()}
 
 
 def timings(ablation: dict, recipe: Recipe, pairs: int) -> dict:
@@ -70,9 +72,9 @@ def run(profile: str) -> dict:
     kv_heads = kv_head_study(streams, recipe, seeds, ablation)
     return {"profile": profile, "seeds": list(seeds), "recipe": {**recipe.__dict__, "data": spec["data"]},
             "vocab": len(streams.vocab), "train_chars": streams.train.numel(),
-            "valid_chars": streams.valid.numel(), "ablation": plain(ablation),
+            "valid_chars": streams.valid.numel(), "ablation": plain(ablation, "2017 block"),
             "extrapolation": {n: {str(k): v for k, v in r["at_length"].items()} for n, r in positions.items()},
-            "kv_heads": plain(kv_heads), "timings": timings(ablation, recipe, 5 if profile == "smoke" else 30)}
+            "kv_heads": plain(kv_heads, recipe.sizes["num_heads"]), "timings": timings(ablation, recipe, 5 if profile == "smoke" else 30)}
 
 
 def main(argv=None) -> dict:

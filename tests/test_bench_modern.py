@@ -27,6 +27,7 @@ def test_smoke_run_writes_results(tmp_path):
         assert abs(r["params"] / base - 1) <= 0.02, name
         assert len(r["bits"]) == 2 and all(0 < b < 10 for b in r["bits"]) and r["tokens_per_s"] > 0
         assert math.isclose(r["mean"], sum(r["bits"]) / 2) and r["spread"] >= 0
+        assert r["vs_2017 block"].startswith(("better", "worse", "no clear")), r["vs_2017 block"]
     half = ablation["GQA (kv = heads/2)"]["cache_bytes_per_token"]
     assert half * 2 == base_cache(ablation) and saved["kv_heads"]["1"]["cache_bytes_per_token"] * 4 == base_cache(ablation)
     assert set(saved["extrapolation"]) == {"learned", "sinusoidal", "RoPE", "none"}
