@@ -147,7 +147,7 @@ def test_solutions_full_stubs_zero_library_zero(built, chapter, tmp_path):
     rows = grade(built, chapter, {"solutions": submission(student_nb, solved, {}),
                                   "stub": submission(student_nb, solved, {}, fill=False),
                                   "library": submission(student_nb, solved, library)}, tmp_path / "a")
-    _, questions = grading.load_autograder(paths(built, chapter)["autograder"], tmp_path / "zip")
+    _, questions = grading.load_autograder(paths(built, chapter)["autograder"])
     assert len(questions) >= 4, f"{chapter} has {len(questions)} graded questions, expected at least 4"
     for q in questions:
         assert float(rows["solutions"][q.name]) == q.points > 0, (q.name, rows["solutions"])
@@ -167,7 +167,7 @@ def test_library_answers_name_real_questions(built, tmp_path):
     from tools.student import resolve
     for chapter, answers in LIBRARY_ANSWERS.items():
         assert chapter in CHAPTERS, chapter
-        _, questions = grading.load_autograder(paths(built, chapter)["autograder"], tmp_path / chapter)
+        _, questions = grading.load_autograder(paths(built, chapter)["autograder"])
         assert set(answers) <= {q.name for q in questions}, (chapter, sorted(answers))
         for name in (n for a in answers.values() for names in a.values() for n in names if n):
             if name.startswith("lambda"):
@@ -196,10 +196,10 @@ def solution_lines(source: Path) -> set[str]:
 
 def split_test_cases(autograder: Path, tmp: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(public, hidden) test cases of an autograder zip as (function name, unparsed body)."""
-    _, questions = grading.load_autograder(autograder, tmp)
+    _, questions = grading.load_autograder(autograder)
     public, hidden = [], []
     for q in questions:
-        for node in ast.parse(q.test_path.read_text()).body:
+        for node in ast.parse(q.source).body:
             if isinstance(node, ast.FunctionDef):
                 (decorator,) = node.decorator_list
                 is_hidden = any(k.arg == "hidden" and k.value.value for k in decorator.keywords)
@@ -263,7 +263,7 @@ def test_student_notebook_is_colab_ready(built, chapter):
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_points_in_headings_match_the_tests(built, chapter, tmp_path):
-    _, questions = grading.load_autograder(paths(built, chapter)["autograder"], tmp_path)
+    _, questions = grading.load_autograder(paths(built, chapter)["autograder"])
     nb = nbformat.read(paths(built, chapter)["student"], as_version=4)
     headings = [m for c in nb.cells if c.cell_type == "markdown"
                 for m in re.findall(r"^## Question (\d+): .*\((\d+) points?\)$", c.source, re.M)]

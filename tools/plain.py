@@ -24,6 +24,7 @@ TENSOR_DTYPES = {str(d).removeprefix("torch."): d for d in (
 ARRAY_DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
                 "complex64", "complex128"}
 MAX_DEPTH = 32
+MAX_DIMS = 32
 
 
 class NotPlain(TypeError):
@@ -97,10 +98,15 @@ def from_plain(data, depth: int = 0):
 
 
 def _unpack(body, dtypes) -> tuple[str, list[int], bytes]:
-    if not (type(body) is list and len(body) == 3 and body[0] in dtypes and type(body[1]) is list
+    if not (type(body) is list and len(body) == 3 and type(body[0]) is str and body[0] in dtypes
+            and type(body[1]) is list and len(body[1]) <= MAX_DIMS
             and all(type(n) is int and n >= 0 for n in body[1]) and type(body[2]) is str):
-        raise NotPlain(f"malformed array data {str(body)[:80]!r}: expected [dtype, shape, base64]")
-    return body[0], body[1], base64.b64decode(body[2], validate=True)
+        raise NotPlain(f"malformed array data {str(body)[:80]!r}: expected [dtype, shape of at most "
+                       f"{MAX_DIMS} sizes, base64]")
+    try:
+        return body[0], body[1], base64.b64decode(body[2], validate=True)
+    except ValueError as e:
+        raise NotPlain(f"malformed base64 in array data: {e}") from None
 
 
 def _tensor_from_plain(dtype: str, shape: list[int], raw: bytes) -> torch.Tensor:

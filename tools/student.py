@@ -1,6 +1,11 @@
 """The student's process: run a submitted notebook's cells, then answer the grader's calls.
 
-    python -m tools.student JOB_JSON REQUESTS_FD EVENTS_FD     (started by ``tools.grading``)
+    python -c "import sys; from tools.student import main; main(sys.argv[1:])" JOB_JSON REQUESTS_FD EVENTS_FD
+
+(started by ``tools.grading``, normally inside a ``tools.sandbox``; started with ``-c`` rather
+than ``-m`` so that the module exists once, not also as ``__main__``). Before anything else it
+lowers its own resource limits (``setrlimit``: memory, processes, file size, open files, CPU
+time) to the job's, which no code it runs afterwards can raise again.
 
 It never sees a test and never reports a verdict. It reads requests ("call function f of
 question q with these arguments", as plain data) from one pipe and writes events (a cell ran,
@@ -152,8 +157,17 @@ def run_cells(shell, cells: list[str], limit: float, send) -> None:
         send(event="cell", index=index, timed_out=timed_out, error=error)
 
 
+def set_limits(limits: dict[str, int]) -> None:
+    """Lower soft and hard limits, e.g. ``{"RLIMIT_AS": bytes}``, for this process and its children."""
+    import resource
+
+    for name, value in limits.items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+
+
 def serve(job_path: Path, requests_fd: int, events_fd: int) -> None:
     job = json.loads(job_path.read_text())
+    set_limits(job.get("rlimits", {}))
     requests, events = os.fdopen(requests_fd, "r"), os.fdopen(events_fd, "w")
 
     def send(**event):
@@ -173,5 +187,9 @@ def serve(job_path: Path, requests_fd: int, events_fd: int) -> None:
         send(event="reply", **answer(json.loads(line), namespace, job["library"]))
 
 
+def main(argv: list[str]) -> None:
+    serve(Path(argv[0]), int(argv[1]), int(argv[2]))
+
+
 if __name__ == "__main__":
-    serve(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    main(sys.argv[1:])

@@ -1,0 +1,121 @@
+"""The student's process in a bubblewrap sandbox: what it sees, what bounds it, how it ends.
+
+Inside, the student's code sees a private ``/tmp`` (its working folder, a bounded tmpfs), its own
+job (the notebook's cells, read-only), the installed Python (the interpreter's prefixes), ``xfl``
+and the three grader modules it needs (``tools.student``, ``tools.plain``), read-only, ``/usr``
+read-only, a private ``/proc`` with its own processes only, and no network. Nothing else: no
+autograder zip or tests, no solutions, no other submission, no grades, no repository checkout.
+
+Run as root, the grader starts each sandbox under its own unprivileged uid (``setpriv``), so the
+limit on processes counts that sandbox alone and it cannot signal the grader or another student.
+The limits themselves (memory, processes, file size, open files, CPU time) are set with
+``setrlimit`` by ``tools.student`` before any student code runs; the wall-clock limit is the
+grader's, which kills the sandbox's first process: the kernel then ends every process of its PID
+namespace, detached ones included.
+
+Without ``bwrap`` (Debian: ``apt-get install bubblewrap``) or where it cannot start, the grader
+refuses to grade unless told ``--unsandboxed``; see ``book/instructors.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+INSIDE = Path("/grader")  # where the job and the code the student's process runs are mounted
+STUDENT_MODULES = ("tools/__init__.py", "tools/student.py", "tools/plain.py")
+FIRST_UID = 1_900_000_000  # as root, sandbox k of grader pid p runs as uid FIRST_UID + 64 (p % 10**5) + k
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-sandbox bounds (sizes in MiB); ``output`` caps the log kept of its printed output."""
+    memory_mb: int = 4096
+    processes: int = 64
+    file_mb: int = 64
+    open_files: int = 256
+    cpu_s: int = 1800
+    tmp_mb: int = 256
+    output_mb: int = 4
+
+
+class SandboxUnavailable(RuntimeError):
+    """bwrap is missing or cannot start a sandbox here."""
+
+
+def _ancestors(path: Path) -> list[Path]:
+    return [p for p in reversed(path.parents) if p != Path("/")]
+
+
+def python_dirs() -> list[Path]:
+    """The folders the interpreter and its installed packages live in."""
+    dirs = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
+            Path(sys.executable).resolve().parent.parent}
+    return sorted(d for d in dirs if not str(d).startswith("/usr"))
+
+
+def _read_only(src: Path, dest: Path, made: set[Path]) -> list[str]:
+    """bwrap arguments binding ``src`` read-only at ``dest``, its parents made readable (0755)."""
+    args = []
+    for parent in _ancestors(dest):
+        if parent not in made:
+            made.add(parent)
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args + ["--ro-bind", str(src), str(dest)]
+
+
+def bwrap_command(argv: list[str], job: Path, limits: Limits, uid: int | None) -> list[str]:
+    """The command running ``argv`` (the student's Python) in a fresh sandbox; ``job`` is
+    mounted at ``/grader/job.json``."""
+    made: set[Path] = set()
+    args = ["bwrap", "--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        if Path(f"/{link}").is_symlink():
+            args += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
+        elif Path(f"/{link}").is_dir():
+            args += ["--ro-bind", f"/{link}", f"/{link}"]
+    for d in python_dirs():
+        args += _read_only(d, d, made)
+    args += _read_only(ROOT / "xfl", INSIDE / "lib" / "xfl", made)
+    for module in STUDENT_MODULES:
+        args += _read_only(ROOT / module, INSIDE / "lib" / module, made)
+    args += _read_only(job, INSIDE / "job.json", made)
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.tmp_mb << 20),
+             "--tmpfs", "/tmp", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--chdir", "/tmp", "--clearenv",
+             *(a for k, v in student_env(INSIDE / "lib").items() for a in ("--setenv", k, v)), "--cap-drop", "ALL"]
+    if uid is not None:  # root: become an unprivileged uid of this sandbox's own
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "setpriv", f"--reuid={uid}",
+                 f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    return args + argv
+
+
+def student_env(lib: Path) -> dict[str, str]:
+    """The student's whole environment: none of the grader's variables travel."""
+    return {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "PYTHONPATH": str(lib),
+            "XFL_FAST": "1", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/.matplotlib",
+            "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
+
+
+def sandbox_uid(slot: int) -> int | None:
+    """The uid sandbox ``slot`` runs as: its own when the grader is root, else the grader's."""
+    return FIRST_UID + 64 * (os.getpid() % 10**5) + slot % 64 if os.geteuid() == 0 else None
+
+
+def check_bwrap() -> None:
+    """Raise ``SandboxUnavailable`` saying why, unless a sandbox starts here."""
+    if shutil.which("bwrap") is None:
+        raise SandboxUnavailable("bwrap is not installed (Debian: apt-get install bubblewrap)")
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        raise SandboxUnavailable("setpriv (util-linux) is not installed: as root, it gives each sandbox its own uid")
+    job = ROOT / "tools" / "student.py"  # any readable file: the probe only lists it
+    cmd = bwrap_command(["/usr/bin/test", "-r", str(INSIDE / "job.json")], job, Limits(), sandbox_uid(0))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise SandboxUnavailable(f"bwrap could not start a sandbox (exit {proc.returncode}): "
+                                 f"{proc.stderr.strip()[:300]}")
