@@ -51,6 +51,11 @@ browser-deps:
 	@command -v chromium >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
+# bubblewrap, the sandbox each graded notebook runs in (tools/sandbox.py), from Debian's packages.
+sandbox-deps:
+	@command -v bwrap >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q bubblewrap; }
+
 # Student notebooks, autograder zips, solutions -> _build/exercises/ (fails if a solution misses a point)
 _build/exercises/.stamp: $(STAMP) $(EXERCISES) $(wildcard tools/*.py)
 	$(BIN)/python -m tools.exercises build
@@ -64,7 +69,7 @@ book/exercises/.stamp: _build/exercises/.stamp
 exercise-pages: book/exercises/.stamp
 
 # make grade CHAPTER=ch01_qkv SUBMISSIONS=submissions/ch01_qkv  ->  grades/ch01_qkv.csv
-grade: exercises
+grade: exercises sandbox-deps
 	$(BIN)/python -m tools.grading _build/exercises/autograder/$(CHAPTER)-autograder.zip \
 	  $(SUBMISSIONS) -o grades/$(CHAPTER).csv --timeout $(TIMEOUT) --jobs $(JOBS)
 
@@ -98,7 +103,7 @@ colab-env: $(STAMP) colab-base
 	$(PYTHON) -m tools.colab_env prepare
 
 # Everything the tests need, built side by side: both environments, npm, Chromium, exercises.
-test-setup: $(STAMP) $(VENDOR) exercise-pages browser-deps colab-env
+test-setup: $(STAMP) $(VENDOR) exercise-pages browser-deps sandbox-deps colab-env
 
 # nbval runs each chapter once, on the Colab-like kernel, and records it under $(RUN_DIR)/executed;
 # the Colab-like checks and the book build read those records (tools/nbrecord.py). Longest

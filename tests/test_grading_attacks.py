@@ -46,7 +46,7 @@ print("stole from", found)
 TAMPER = '''
 import glob, os, pathlib
 touched = []
-for target in glob.glob("/tmp/xfl-*/**/*.py", recursive=True) + {targets!r}:
+for target in glob.glob("/tmp/xfl-autograder-*/**/*.py", recursive=True) + glob.glob("/tmp/xfl-grade-*/*") + {targets!r}:
     path = pathlib.Path(target)
     for attempt in (lambda: path.write_text("points = 99"), lambda: os.remove(path),
                     lambda: (path.parent / "planted.txt").write_text("was here")):

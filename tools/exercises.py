@@ -9,6 +9,11 @@ otter-grader's assign format (raw cells ``# BEGIN QUESTION``, ``# BEGIN SOLUTION
     _build/exercises/autograder/<chapter>-autograder.zip    keep private: every test, hidden ones too
     _build/exercises/solutions/<chapter>_exercises.ipynb    keep private: the reference answers
 
+Writing tests: compare tensors with ``torch.testing.assert_close(got, expected, rtol=..., atol=...)``
+(``rtol=0, atol=0`` for exact), which checks shape and dtype; ``torch.allclose`` and
+``(a == b).all()`` broadcast, so a zero-size tensor of shape (0, 1, ..., 1) passes them. Check
+the shape before a property such as ``(w >= 0).all()``.
+
 Usage (from the repository root):
     python -m tools.exercises build [--out _build/exercises] [--no-run-tests] [CHAPTER ...]
     python -m tools.exercises pages [--out _build/exercises] [--pages book/exercises]
