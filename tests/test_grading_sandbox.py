@@ -114,3 +114,52 @@ def test_calls_through_earlier_references_are_recorded():
     student.CALLED.clear()
     held_sdpa(*torch.zeros(3, 1, 2, 4))  # outside the block: nothing recorded
     assert student.CALLED == [] and torch.nn.MultiheadAttention.__init__ is held_init
+
+
+# ------------------------------------------------------------ the events channel
+def channel(data: bytes):
+    """A ``StudentProcess`` reading ``data`` from its events pipe (no process behind it)."""
+    import os
+    import subprocess
+
+    from tools.grading import StudentProcess
+
+    import tempfile
+
+    proc = StudentProcess.__new__(StudentProcess)
+    with tempfile.TemporaryFile() as f:  # a file, not a pipe: a long line would fill a pipe
+        f.write(data)
+        f.seek(0)
+        read = os.dup(f.fileno())
+    proc.events, proc.buffer, proc.uid = read, bytearray(), None
+    proc.deadline = float("inf")
+    proc.proc = subprocess.Popen(["true"])
+    return proc
+
+
+@pytest.mark.parametrize("line", [b"\x80\x81\xfe\n", b"[" * 100_000 + b"\n", b"1" * 5000 + b"\n",
+                                  b'{"event": 5}\n', b"[1, 2]\n", b"not json\n"],
+                         ids=["bad utf-8", "deep nesting", "huge int", "event not a string", "a list", "not json"])
+def test_a_malformed_event_loses_that_process_not_the_grader(line):
+    from tools.grading import ProcessLost
+    with pytest.raises(ProcessLost, match="not an event"):
+        channel(line).receive(5.0)
+
+
+def test_an_oversized_message_is_refused(monkeypatch):
+    from tools import grading
+    monkeypatch.setattr(grading, "MAX_MESSAGE", 1000)
+    with pytest.raises(grading.ProcessLost, match="over"):
+        channel(b'{"event": "reply", "value": "' + b"x" * 5000).receive(5.0)
+
+
+def test_a_well_formed_event_arrives():
+    assert channel(b'{"event": "ready", "functions": []}\n').receive(5.0) == {"event": "ready", "functions": []}
+
+
+@pytest.mark.parametrize("data", [{"tensor": ["float32", [0] * 40, ""]}, {"tensor": ["float32", [1], "!!!!"]},
+                                  {"tensor": [["float32"], [1], ""]}, {"ndarray": ["float32", [10**30], ""]}],
+                         ids=["too many dims", "bad base64", "dtype not a string", "bytes short of the shape"])
+def test_malformed_arrays_are_refused(data):
+    with pytest.raises(NotPlain):
+        from_plain(data)
