@@ -112,6 +112,20 @@ line = "x" * 1023 + "\\n"
 for _ in range(200 * 1024):  # 200 MiB
     sys.stdout.write(line)
 '''
+GARBLE = '''
+import os, sys
+os.write(int(sys.argv[3]), b"\\x80\\x81 not an event\\n")  # invalid UTF-8 on the events pipe
+'''
+KEEP_ALIVE = '''
+import json, os, signal, sys, threading, time
+def pretend():  # "started" every 0.5 s, for at most 60 s, while the cell hangs
+    for _ in range(120):
+        os.write(int(sys.argv[3]), (json.dumps({"event": "started"}) + "\\n").encode())
+        time.sleep(0.5)
+threading.Thread(target=pretend, daemon=True).start()
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+time.sleep(60)
+'''
 GHOST = '''
 def attention(q, k, v):
     return torch.zeros(0, 1, 1, 1, 1, 1, 1, 1), torch.zeros(0, 1, 1, 1, 1, 1, 1, 1)
@@ -151,6 +165,8 @@ def attacked(tmp_path_factory):
         "fork_bomb": submission(student_nb, solved, wrong, extra=FORK_BOMB),
         "floods": submission(student_nb, solved, wrong, extra=FLOOD),
         "ghost_tensors": submission(student_nb, solved, {}, fill=False, extra=GHOST),
+        "garbles_the_channel": submission(student_nb, solved, wrong, extra=GARBLE),
+        "keeps_itself_alive": submission(student_nb, solved, wrong, extra=KEEP_ALIVE),
     }
     for name, nb in notebooks.items():
         nbformat.write(nb, folder / f"{name}.ipynb")
@@ -169,7 +185,8 @@ ZERO = {q: 0.0 for q in PARTLY_WRONG}
 EXPECTED = {"honest": FIXTURES["correct"][1], "honest_partly_wrong": PARTLY_WRONG, "reads_the_key": ZERO,
             "reads_a_classmate": ZERO, "tampers": PARTLY_WRONG, "kills_the_parent": PARTLY_WRONG,
             "leaves_a_survivor": PARTLY_WRONG, "memory_bomb": PARTLY_WRONG, "fork_bomb": PARTLY_WRONG,
-            "floods": PARTLY_WRONG, "ghost_tensors": ZERO}
+            "floods": PARTLY_WRONG, "ghost_tensors": ZERO, "garbles_the_channel": PARTLY_WRONG,
+            "keeps_itself_alive": PARTLY_WRONG}
 
 
 @pytest.mark.parametrize("student", EXPECTED)
@@ -188,6 +205,8 @@ def test_nothing_outside_the_sandbox_was_reached(attacked):
     assert "touched []" in log(output, "tampers")
     assert not any((Path(p).parent / "planted.txt").exists() for p in writable)
     assert rows["honest"]["notes"] == "" and rows["tampers"]["notes"] == ""
+    assert "not an event" in rows["garbles_the_channel"]["notes"]
+    assert "instead of its functions; graded again without it" in rows["keeps_itself_alive"]["notes"]
 
 
 def test_no_process_of_a_student_survives(attacked):
