@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -163,3 +164,31 @@ def test_a_well_formed_event_arrives():
 def test_malformed_arrays_are_refused(data):
     with pytest.raises(NotPlain):
         from_plain(data)
+
+
+def test_without_bwrap_the_grader_refuses_and_says_why(monkeypatch, tmp_path, capsys):
+    from tools import grading, sandbox
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(sandbox.SandboxUnavailable, match="bwrap is not installed"):
+        sandbox.check_bwrap()
+    assert grading.main([str(tmp_path / "none.zip"), str(tmp_path), "-o", str(tmp_path / "g.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to grade: bwrap is not installed" in err and "--unsandboxed" in err
+    assert not (tmp_path / "g.csv").exists()
+
+
+def test_the_sandbox_shows_the_student_nothing_of_the_grader(tmp_path):
+    """The real sandbox: its own /proc, an empty /tmp, no repository, no network, its own uid."""
+    import subprocess
+    from tools import sandbox
+    sandbox.check_bwrap()
+    probe = ("import os, socket, pathlib; print(sorted(p for p in os.listdir('/proc') if p.isdigit()), "
+             "os.listdir('/tmp'), pathlib.Path(%r).exists(), os.getuid() != 0, os.environ.get('HOME'), end=' ')\n"
+             "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\nexcept OSError:\n    print('offline')")
+    job = tmp_path / "job.json"
+    job.write_text("{}")
+    job.chmod(0o644)
+    cmd = sandbox.bwrap_command([sys.executable, "-c", probe % str(sandbox.ROOT / "tools" / "grading.py")],
+                                job, sandbox.Limits(), sandbox.sandbox_uid(0))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={}).stdout
+    assert out.strip() == "['1', '2'] [] False True /tmp offline", out

@@ -175,7 +175,7 @@ def tasks_of(uid: int) -> int:
             fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
         except OSError:
             continue
-        if int(fields.get("Uid", "-1 ").split()[1]) == uid:
+        if int(fields.get("Uid", "-1").split()[0]) == uid:  # the real uid, as RLIMIT_NPROC counts
             count += int(fields.get("Threads", "1"))
     return count
 

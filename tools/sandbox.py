@@ -2,9 +2,10 @@
 
 Inside, the student's code sees a private ``/tmp`` (its working folder, a bounded tmpfs), its own
 job (the notebook's cells, read-only), the installed Python (the interpreter's prefixes), ``xfl``
-and the three grader modules it needs (``tools.student``, ``tools.plain``), read-only, ``/usr``
+and the two grader modules it talks through (``tools.student``, ``tools.plain``), read-only, ``/usr``
 read-only, a private ``/proc`` with its own processes only, and no network. Nothing else: no
-autograder zip or tests, no solutions, no other submission, no grades, no repository checkout.
+autograder zip or tests, no solutions, no other submission, no grades, no repository checkout,
+and no data folder (the exercises' tests build their own small inputs).
 
 Run as root, the grader starts each sandbox under its own unprivileged uid (``setpriv``), so the
 limit on processes counts that sandbox alone and it cannot signal the grader or another student.
