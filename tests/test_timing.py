@@ -48,6 +48,7 @@ def fake_clock(monkeypatch):
     """A clock that moves only when a candidate says how long it took: ``step(seconds)``."""
     now = [0.0]
     monkeypatch.setattr(timing_module.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(timing_module.time, "thread_time", lambda: now[0])
 
     def step(seconds):
         now[0] += seconds
@@ -145,3 +146,14 @@ def test_compare_needs_two_candidates_and_known_names():
     cmp = compare({"a": lambda: None, "b": lambda: None}, pairs=3, warmup=0)
     with pytest.raises(KeyError, match="'c'"):
         cmp.ratio("a", "c")
+
+
+def test_one_cpu_thread_reads_the_threads_cpu_clock():
+    """Time spent asleep (as when descheduled) counts on the wall clock, not on one thread's CPU clock."""
+    nap = {"sleep": lambda: time.sleep(0.02), "nothing": lambda: None}
+    on_one = compare(nap, pairs=3, warmup=0, threads=1)
+    on_wall = compare(nap, pairs=3, warmup=0, threads=None)
+    assert on_one.clock == "thread CPU" and on_wall.clock == "wall" and "thread CPU clock" in str(on_one)
+    assert on_one.median_s("sleep") < 0.005 <= 0.015 < on_wall.median_s("sleep")
+    assert time_call(lambda: time.sleep(0.02), repeats=1, warmup=0, threads=1).median_s < 0.005
+    assert timing_module.clock_for("cuda", 1) is time.perf_counter

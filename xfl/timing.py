@@ -15,6 +15,9 @@ Comparing candidates (the way to say "B is faster than A")::
 - ``threads``: torch's intra-op thread count is set for the measurement and restored after
   (``pinned_threads``; ``None`` leaves it as it is); the report prints it. One thread makes CPU
   timings agree between ``make test`` (``OMP_NUM_THREADS=1``), ``make book`` and a student's kernel.
+- The clock (``clock_for``, printed): on the CPU with ``threads=1``, the calling thread's CPU
+  time, so time spent descheduled by other work on a loaded machine does not count (a call
+  that sleeps or waits then measures ~0); otherwise (GPU, or more threads) the wall clock.
 - ``warmup`` untimed rounds, then ``pairs`` timed rounds. Each round calls every candidate once,
   interleaved (A, B, then B, A: the order rotates every round), so a burst of load falls on both
   sides; ``Comparison.order`` records the order of the timed calls.
@@ -85,13 +88,22 @@ def _check_counts(repeats: int, warmup: int, name: str = "repeats", least: int =
         raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
 
 
-def _timed(fn: Callable[[], object], device: torch.device | str) -> float:
-    """Seconds of one synchronized call of ``fn``."""
+def clock_for(device: torch.device | str, threads: int | None) -> Callable[[], float]:
+    """The clock a timing reads: on the CPU with one pinned thread, the calling thread's CPU
+    time (torch then computes in this thread, and time spent descheduled by other work on the
+    machine is not counted); otherwise the wall clock."""
+    if torch.device(device).type == "cpu" and threads == 1:
+        return time.thread_time
+    return time.perf_counter
+
+
+def _timed(fn: Callable[[], object], device: torch.device | str, clock: Callable[[], float]) -> float:
+    """Seconds of one synchronized call of ``fn`` on ``clock``."""
     synchronize(device)
-    start = time.perf_counter()
+    start = clock()
     fn()
     synchronize(device)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def time_call(fn: Callable[[], object], repeats: int = 10, warmup: int = 2,
@@ -99,10 +111,11 @@ def time_call(fn: Callable[[], object], repeats: int = 10, warmup: int = 2,
     """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones, each synchronized,
     with torch's thread count pinned to ``threads`` (``None``: as it is)."""
     _check_counts(repeats, warmup)
+    clock = clock_for(device, threads)
     with pinned_threads(threads):
         for _ in range(warmup):
             fn()
-        times = [_timed(fn, device) for _ in range(repeats)]
+        times = [_timed(fn, device, clock) for _ in range(repeats)]
     return Timing(statistics.median(times), max(times) - min(times), repeats)
 
 
@@ -144,6 +157,7 @@ class Comparison:
     order: tuple[str, ...]
     threads: int
     warmup: int
+    clock: str = "wall"
 
     @property
     def pairs(self) -> int:
@@ -184,7 +198,8 @@ class Comparison:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        head = f"{self.pairs} interleaved rounds after {self.warmup} warm-up, {self.threads} thread(s):"
+        head = (f"{self.pairs} interleaved rounds after {self.warmup} warm-up, {self.threads} thread(s), "
+                f"{self.clock} clock:")
         rows = [f"  {name}: {self.timing(name)}" for name in self.times]
         return "\n".join([head, *rows])
 
@@ -202,7 +217,7 @@ def compare(candidates: Mapping[str, Callable[[], object]], pairs: int = 20, war
     _check_counts(pairs, warmup, name="pairs", least=3)
     if len(candidates) < 2:
         raise ValueError(f"compare needs at least 2 candidates, got {list(candidates)}")
-    names = list(candidates)
+    names, clock = list(candidates), clock_for(device, threads)
     times: dict[str, list[float]] = {name: [] for name in names}
     order: list[str] = []
     with pinned_threads(threads) as in_force:
@@ -212,6 +227,7 @@ def compare(candidates: Mapping[str, Callable[[], object]], pairs: int = 20, war
                 if round_ < 0:
                     candidates[name]()
                     continue
-                times[name].append(_timed(candidates[name], device))
+                times[name].append(_timed(candidates[name], device, clock))
                 order.append(name)
-    return Comparison({n: tuple(t) for n, t in times.items()}, tuple(order), in_force, warmup)
+    clock_name = "thread CPU" if clock is time.thread_time else "wall"
+    return Comparison({n: tuple(t) for n, t in times.items()}, tuple(order), in_force, warmup, clock_name)
