@@ -109,6 +109,7 @@ def test_ratio_is_the_median_of_per_pair_ratios(fake_clock):
     summary = cmp.summary("a", "b")
     assert (summary["a_s"], summary["b_s"], summary["ratio"], summary["ratio_interquartile"]) == (6, 2, 3, [2, 4])
     assert summary["verdict"] == cmp.verdict("a", "b") and summary["threads"] == 1
+    assert summary["clock"] == "thread CPU"
 
 
 def test_a_burst_that_hits_one_pair_cancels_in_its_ratio(fake_clock):

@@ -182,11 +182,11 @@ class Comparison:
 
     def summary(self, a: str, b: str) -> dict:
         """For a results file: the two medians (``<name>_s``), the ratio a/b and its
-        interquartile range, pairs, threads and the verdict."""
+        interquartile range, pairs, threads, clock and the verdict."""
         ratio = self.ratio(a, b)
         return {f"{a}_s": self.median_s(a), f"{b}_s": self.median_s(b), "ratio": ratio.median,
                 "ratio_interquartile": [ratio.low, ratio.high], "pairs": ratio.pairs,
-                "threads": self.threads, "verdict": ratio.verdict()}
+                "threads": self.threads, "clock": self.clock, "verdict": ratio.verdict()}
 
     def report(self, a: str, b: str) -> str:
         """Threads, each candidate's median, the verdict, and a warning when it is not clear."""
