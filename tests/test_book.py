@@ -173,3 +173,11 @@ def test_setup_page_lists_the_times_the_chapter_announces(chapter):
                     setup, re.M)
     assert row is not None, f"book/setup.md has no row for {title!r}"
     assert row.group(2, 3) == (fast, t4), f"{title}: setup.md says {row.group(2, 3)}, the chapter {(fast, t4)}"
+
+
+def test_the_bibliography_parses():
+    """A syntax error in references.bib stops the whole build; say so without building."""
+    from pybtex.database import parse_file
+
+    entries = parse_file(str(REPO_ROOT / "book" / "references.bib"), bib_format="bibtex").entries
+    assert len(entries) >= 10 and all(entry.fields.get("title") for entry in entries.values())
