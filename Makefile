@@ -52,7 +52,8 @@ browser-deps:
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
 # bubblewrap, the sandbox each graded notebook runs in (tools/sandbox.py), from Debian's packages.
-sandbox-deps:
+# After browser-deps: under `make -j` two apt-get runs would fight over dpkg's lock.
+sandbox-deps: browser-deps
 	@command -v bwrap >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q bubblewrap; }
 

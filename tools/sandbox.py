@@ -80,14 +80,16 @@ def bwrap_command(argv: list[str], job: Path, limits: Limits, uid: int | None) -
             args += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
         elif Path(f"/{link}").is_dir():
             args += ["--ro-bind", f"/{link}", f"/{link}"]
+    # The private /tmp comes before the binds: a clone or venv that lives under /tmp stays visible.
+    args += ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp"]
+    made.add(Path("/tmp"))
     for d in python_dirs():
         args += _read_only(d, d, made)
     args += _read_only(ROOT / "xfl", INSIDE / "lib" / "xfl", made)
     for module in STUDENT_MODULES:
         args += _read_only(ROOT / module, INSIDE / "lib" / module, made)
     args += _read_only(job, INSIDE / "job.json", made)
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.tmp_mb << 20),
-             "--tmpfs", "/tmp", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+    args += ["--proc", "/proc", "--dev", "/dev", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
              "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--chdir", "/tmp", "--clearenv",
              *(a for k, v in student_env(INSIDE / "lib").items() for a in ("--setenv", k, v)), "--cap-drop", "ALL"]
     if uid is not None:  # root: become an unprivileged uid of this sandbox's own
