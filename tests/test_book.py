@@ -157,7 +157,7 @@ def test_colab_install_cell_names_the_books_repository(chapter):
 
 
 # ------------------------------------------------------------ expected run times
-BANNER = re.compile(r"run_banner\(fast_minutes=([\d.]+), t4_minutes=([\d.]+)\)")
+BANNER = re.compile(r"run_banner\(fast_minutes=([\d.]+), t4_minutes=([\d.]+)(?:, cpu_minutes=([\d.]+))?\)")
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -167,12 +167,13 @@ def test_setup_page_lists_the_times_the_chapter_announces(chapter):
     title = re.search(r"^# (.+)$", source, re.M).group(1)
     banners = BANNER.findall(source)
     assert len(banners) == 1, f"{chapter} should print run_banner(...) once, found {banners}"
-    fast, t4 = banners[0]
+    fast, t4, cpu = banners[0]
     setup = (REPO_ROOT / "book" / "setup.md").read_text(encoding="utf-8")
-    row = re.search(rf"^\| {re.escape(title)} \| (yes|no) \| about ([\d.]+) min \| about ([\d.]+) min \|$",
-                    setup, re.M)
+    row = re.search(rf"^\| {re.escape(title)} \| (yes|no) \| about ([\d.]+) min \| about ([\d.]+) min "
+                    rf"\| (?:about ([\d.]+) min|—) \|$", setup, re.M)
     assert row is not None, f"book/setup.md has no row for {title!r}"
-    assert row.group(2, 3) == (fast, t4), f"{title}: setup.md says {row.group(2, 3)}, the chapter {(fast, t4)}"
+    said = row.group(2, 3) + (row.group(4) or "",)
+    assert said == (fast, t4, cpu), f"{title}: setup.md says {said}, the chapter {(fast, t4, cpu)}"
 
 
 def test_the_bibliography_parses():

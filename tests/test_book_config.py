@@ -64,7 +64,7 @@ def test_build_says_how_each_chapter_is_made(tmp_path, monkeypatch, capsys):
     written = yaml.safe_load((tmp_path / "book_config.yml").read_text(encoding="utf-8"))
     origins = written["sphinx"]["config"].pop("xfl_chapter_origins")  # for the report at the end
     assert list(origins) == [state.chapter for state in states]
-    assert all(origins[s.chapter] == book_config.origin(s, fast=True) for s in states)
+    assert all(origins[s.chapter] == book_config.origin(s, "fast") for s in states)
     assert written["sphinx"].pop("local_extensions").pop("tools.book_report") == str(REPO_ROOT)
     if not any(state.state == "fresh" for state in states):  # nothing stored: the config itself
         assert written == load_config()
@@ -73,9 +73,9 @@ def test_build_says_how_each_chapter_is_made(tmp_path, monkeypatch, capsys):
 def test_origins_name_the_stored_run_or_the_profile():
     state = ChapterState("chapters/a/a", "fresh", Path("a.ipynb"),
                          {"profile": "full", "device_name": "NVIDIA H100", "executed": "2026-11-20"})
-    assert book_config.origin(state, fast=True) == "stored outputs of a full profile run on NVIDIA H100, 2026-11-20"
+    assert book_config.origin(state, "fast") == "stored outputs of a full profile run on NVIDIA H100, 2026-11-20"
     for stale in ("stale", "none"):
-        assert book_config.origin(ChapterState("chapters/a/a", stale, None, {}), fast=False) == \
+        assert book_config.origin(ChapterState("chapters/a/a", stale, None, {}), "full") == \
             "executed now in the full profile"
 
 

@@ -62,7 +62,8 @@ def test_stored_notebooks_belong_to_current_chapters():
     for state in states:
         if state.stored is not None:
             assert state.meta["source"] == f"{state.chapter}.md"
-            assert state.meta["profile"] == "full", f"{state.stored} holds a fast-profile run"
+            assert state.meta["profile"] in {"full", "cpu"}, f"{state.stored} holds a fast-profile run"
+            assert "| stored run: " in executed.banner_output(nbformat.read(state.stored, 4))[0]["text"]
 
 
 def test_status_reports_every_stale_notebook_and_the_book_does_not_render_it(capsys):
@@ -170,6 +171,34 @@ def test_store_refuses_and_writes_nothing(book, tmp_path_factory, case, message)
     with pytest.raises(StoreError, match=message.replace("(", r"\(").replace(")", r"\)")):
         executed.store(path, root=book)
     assert files_under(book / "book" / "executed") == []
+
+
+CPU_BANNER = "xfl: cpu profile (XFL_PROFILE=cpu) on cpu; expected run time about 9 min on a 2-core CPU\n"
+
+
+def test_a_cpu_run_is_stored_with_where_when_and_how_long_on_its_first_line(book, tmp_path_factory):
+    path = executed_notebook(book, tmp_path_factory.mktemp("runs"), banner=CPU_BANNER)
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata[executed.RUN_META] = {"seconds": 543.0, "device_name": "2-core CPU", "date": "2026-11-24"}
+    nbformat.write(nb, path)
+    stored = nbformat.read(executed.store(path, root=book), as_version=4)
+    assert stored.metadata["xfl_executed"]["profile"] == "cpu"
+    first_line = stored.cells[[c.cell_type for c in stored.cells].index("code")].outputs[0].text.split("\n")[0]
+    assert first_line == (CPU_BANNER.strip() + " | stored run: cpu profile on 2-core CPU, "
+                          "executed 2026-11-24, 9.1 min wall")
+
+
+def test_a_cpu_run_does_not_replace_a_fresh_gpu_run(book, tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    stored = executed.store(executed_notebook(book, runs), root=book)
+    before = stored.read_bytes()
+    cpu_run = executed_notebook(book, tmp_path_factory.mktemp("cpu"), banner=CPU_BANNER)
+    with pytest.raises(StoreError, match="holds a fresh full-profile run"):
+        executed.store(cpu_run, root=book)
+    assert stored.read_bytes() == before
+    (book / f"{TINY}.md").write_text(TINY_MD.replace("A tiny", "An edited"), encoding="utf-8")
+    executed.store(executed_notebook(book, tmp_path_factory.mktemp("cpu2"), banner=CPU_BANNER), root=book)
+    assert executed.read_meta(stored)["profile"] == "cpu"  # the GPU run was stale: replaced
 
 
 def test_the_command_line_says_why_it_refused(tmp_path, capsys):

@@ -16,6 +16,7 @@ def test_fast_profile_reads_env(monkeypatch, value, fast):
 
 def on_device(monkeypatch, device: str, xfl_fast: str | None) -> None:
     """Pretend the best device is ``device``, with XFL_FAST set to ``xfl_fast`` (None: unset)."""
+    monkeypatch.delenv("XFL_PROFILE", raising=False)
     if xfl_fast is None:
         monkeypatch.delenv("XFL_FAST", raising=False)
     else:
@@ -41,6 +42,36 @@ def test_unset_profile_follows_the_device(monkeypatch, value, device, fast):
 def test_run_banner_names_profile_device_and_time(monkeypatch, value, device, expected):
     on_device(monkeypatch, device, xfl_fast=value)
     assert runtime.run_banner(fast_minutes=2, t4_minutes=15) == expected
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_cpu_profile_picks_its_own_values_or_the_fast_ones(monkeypatch, device):
+    on_device(monkeypatch, device, xfl_fast=None)
+    monkeypatch.setenv("XFL_PROFILE", " CPU ")
+    assert runtime.profile() == "cpu" and runtime.fast_profile() is False
+    assert runtime.pick(full=100, fast=3, cpu=20) == 20
+    assert runtime.pick(full=100, fast=3) == 3
+    assert runtime.run_banner(fast_minutes=2, t4_minutes=15, cpu_minutes=8) == (
+        f"xfl: cpu profile (XFL_PROFILE=cpu) on {device}; expected run time about 8 min on a 2-core CPU")
+    assert runtime.run_banner(fast_minutes=2, t4_minutes=15).endswith("about 2 min on a 2-core CPU")
+
+
+@pytest.mark.parametrize("profile, expected", [("fast", (3, True)), ("full", (100, False))])
+def test_xfl_profile_names_fast_and_full_too(monkeypatch, profile, expected):
+    on_device(monkeypatch, "cpu", xfl_fast=None)
+    monkeypatch.setenv("XFL_PROFILE", profile)
+    assert (runtime.pick(full=100, fast=3, cpu=20), runtime.fast_profile()) == expected
+
+
+@pytest.mark.parametrize("profile, fast, message", [
+    ("medium", None, "XFL_PROFILE='medium' is not understood; expected one of ['fast', 'cpu', 'full']"),
+    ("cpu", "1", "XFL_PROFILE=cpu and XFL_FAST=1 contradict each other"),
+    ("full", "yes", "XFL_PROFILE=full and XFL_FAST=yes contradict each other")])
+def test_a_bad_or_contradicting_profile_is_refused(monkeypatch, profile, fast, message):
+    on_device(monkeypatch, "cpu", xfl_fast=fast)
+    monkeypatch.setenv("XFL_PROFILE", profile)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        runtime.profile()
 
 
 def test_fast_profile_rejects_garbage(monkeypatch):

@@ -4,7 +4,8 @@
 book itself (MathJax, RequireJS and the widget manager, vendored by `make vendor` with npm).
 Three things change with the build, and this tool writes the variant:
 
-- the full profile trains for minutes in one cell, so its per-cell timeout is longer;
+- the full profile trains for minutes in one cell, so its per-cell timeout is longer (the fast
+  and cpu profiles keep `_config.yml`'s);
 - without npm the scripts cannot be vendored: the book then loads them from their CDNs
   (Jupyter Book's defaults), which works online only;
 - a chapter with fresh stored outputs (`tools/executed.py`, `book/executed/`) is not executed:
@@ -12,8 +13,8 @@ Three things change with the build, and this tool writes the variant:
   `.md` (same page, same URL, same Colab button). The tool prints which chapters are rendered
   from stored outputs and which are executed, and why.
 
-The profile is the one the chapters will run (`xfl.runtime.fast_profile`: `XFL_FAST`, else the
-device). The configuration it writes also loads `tools/book_report.py`: the build ends by
+The profile is the one the chapters will run (`xfl.runtime.profile`: `XFL_PROFILE` or `XFL_FAST`,
+else the device). The configuration it writes also loads `tools/book_report.py`: the build ends by
 printing, per chapter, where its outputs came from and how long it took, then the total.
 Usage (from the repository root; `make book` runs it):
     XFL_FAST=1 python -m tools.book_config --assets vendor -o _build/book_config.yml
@@ -30,7 +31,7 @@ import yaml
 
 from tools.executed import ChapterState, chapter_states
 from xfl.files import write_text_atomic
-from xfl.runtime import fast_profile
+from xfl.runtime import profile
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL_PROFILE_CELL_TIMEOUT_S = 3600  # a full-profile training cell on a T4 takes up to ~30 min
@@ -78,20 +79,21 @@ def render_notebooks(config: dict, notebooks: dict[str, tuple[Path, str]]) -> No
     config["sphinx"].setdefault("local_extensions", {})["tools.executed"] = str(ROOT)
 
 
-def announce(states: list[ChapterState], fast: bool) -> None:
+def announce(states: list[ChapterState], profile: str) -> None:
     """Say which chapters the build renders from stored outputs and which it executes, and why."""
-    profile = "fast" if fast else "full"
     for state in states:
         how = "rendering" if state.state == "fresh" else f"executing ({profile} profile)"
         print(f"book: {how:26} {state.chapter}: {state.reason()}")
 
 
-def origin(state: ChapterState, fast: bool) -> str:
+def origin(state: ChapterState, profile: str) -> str:
     """Where the book's outputs of a chapter come from, for the report after the build."""
     if state.state == "fresh":
+        seconds = state.meta.get("seconds")
         return (f"stored outputs of a {state.meta.get('profile')} profile run on "
-                f"{state.meta.get('device_name') or state.meta.get('device')}, {state.meta.get('executed')}")
-    return f"executed now in the {'fast' if fast else 'full'} profile"
+                f"{state.meta.get('device_name') or state.meta.get('device')}, {state.meta.get('executed')}"
+                + (f", {seconds / 60:.1f} min wall" if seconds else ""))
+    return f"executed now in the {profile} profile"
 
 
 def add_report(config: dict, origins: dict[str, str]) -> None:
@@ -108,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args(argv)
     base = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    states, fast = chapter_states(), fast_profile()
-    announce(states, fast)
-    config = book_config(base, fast=fast, vendored=args.assets == "vendor",
+    states, chosen = chapter_states(), profile()
+    announce(states, chosen)
+    config = book_config(base, fast=chosen != "full", vendored=args.assets == "vendor",
                          stored=[state for state in states if state.state == "fresh"])
-    add_report(config, {state.chapter: origin(state, fast) for state in states})
+    add_report(config, {state.chapter: origin(state, chosen) for state in states})
     args.output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.output, "# Written by tools/book_config.py from _config.yml: edit that.\n"
                       + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))

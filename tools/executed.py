@@ -1,6 +1,7 @@
-"""Stored executed notebooks: the book shows a chapter's GPU outputs without running it again.
+"""Stored executed notebooks: the book shows a chapter's larger runs without running it again.
 
-A chapter executed in the full profile on a GPU is stored as
+A chapter executed in the full profile on a GPU, or in the cpu profile (``XFL_PROFILE=cpu``: the
+largest run that fits about 10 minutes on a 2-core CPU), is stored as
 ``book/executed/<chapter folder>/<name>.ipynb``, outputs included, with the sha256 of the MyST
 source it was executed from. `make book` renders a stored notebook's outputs for every chapter
 whose source still has that hash (*fresh*) and executes the others (*stale*: the source changed
@@ -15,8 +16,11 @@ Commands (from the repository root):
 `execute` runs where the GPU is (it fails on the first error, like ``pytest --nbval-lax``) and
 needs nbclient and ipykernel; `store` runs in the checkout (it reads the sources with jupytext).
 `store` refuses a notebook with an error output, one that belongs to no chapter of `_toc.yml`,
-one whose cells differ from the chapter's current source, and a fast-profile run (unless
-``--allow-fast``); it writes nothing unless everything passes, and writes atomically.
+one whose cells differ from the chapter's current source, a fast-profile run (unless
+``--allow-fast``) and a cpu-profile run in place of a fresh full-profile one (the book shows the
+largest run available); it writes nothing unless everything passes, and writes atomically. It
+appends to the chapter's first output line (its run banner) where, when and how long the stored
+run ran, so the reader sees it first.
 For the book build, `tools/book_config.py` reads :func:`chapter_states`, and this module is a
 Sphinx extension only so that myst-nb can import :func:`read_stored`.
 """
@@ -44,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STORE = Path("book") / "executed"
 META = "xfl_executed"  # notebook metadata key of a stored notebook
 RUN_META = "xfl_run"  # what `execute` records about the run itself
-BANNER = re.compile(r"^xfl: (?P<profile>fast|full) profile \((?P<reason>[^)]*)\) on (?P<device>\w+);", re.M)
+BANNER = re.compile(r"^xfl: (?P<profile>fast|cpu|full) profile \((?P<reason>[^)]*)\) on (?P<device>\w+);", re.M)
 PNG_BUDGET = 150_000  # bytes: a larger PNG output is downscaled...
 PNG_MAX_WIDTH = 1200  # ...to at most this many pixels wide
 NOTEBOOK_BUDGET = 8_000_000  # bytes: a larger stored notebook is refused
@@ -147,16 +151,41 @@ def first_error(nb) -> str | None:
     return None
 
 
-def banner(nb) -> dict:
-    """Profile, its reason and the device, from the run_banner line the chapter printed first."""
+def banner_output(nb):
+    """The stream output holding the run_banner line the chapter printed first, and its match."""
     for cell in nb.cells:
         for output in cell.get("outputs", []):
-            text = output.get("text") or output.get("data", {}).get("text/plain", "")
-            match = BANNER.search("".join(text))
+            match = BANNER.search("".join(output.get("text", "")))
             if match:
-                return match.groupdict()
+                return output, match
     raise StoreError("no `xfl: <profile> profile (...) on <device>;` line in its outputs: a "
                      "chapter prints xfl.runtime.run_banner first; was it executed?")
+
+
+def banner(nb) -> dict:
+    """Profile, its reason and the device, from the run_banner line the chapter printed first."""
+    return banner_output(nb)[1].groupdict()
+
+
+def stamp_banner(nb, meta: dict) -> None:
+    """Append to the run banner's line where, when and how long this stored run ran."""
+    output, match = banner_output(nb)
+    text = "".join(output["text"])
+    end = text.index("\n", match.end()) if "\n" in text[match.end():] else len(text)
+    minutes = f", {meta['seconds'] / 60:.1f} min wall" if meta.get("seconds") else ""
+    stamp = (f" | stored run: {meta['profile']} profile on {meta.get('device_name') or meta['device']}, "
+             f"executed {meta['executed']}{minutes}")
+    output["text"] = text[:end] + stamp + text[end:]
+
+
+def refuse_downgrade(destination: Path, profile: str, root: Path) -> None:
+    """A cpu-profile run never replaces a fresh full-profile (GPU) run of the same source."""
+    if profile != "full" and destination.exists():
+        meta = read_meta(destination)
+        source = (root / meta["source"]).read_text(encoding="utf-8")
+        if meta.get("profile") == "full" and meta["source_sha256"] == source_sha256(source):
+            raise StoreError(f"{destination} holds a fresh full-profile run; a {profile}-profile run "
+                             f"would replace the larger run: remove it first if that is meant")
 
 
 def _cells(nb) -> list[tuple[str, str]]:
@@ -230,7 +259,10 @@ def store(executed: Path, root: Path = ROOT, allow_fast: bool = False) -> Path:
     run = banner(nb)
     if run["profile"] == "fast" and not allow_fast:
         raise StoreError(f"it ran the fast profile ({run['reason']}); the book stores full-profile "
-                         f"runs (XFL_FAST=0 on a GPU); --allow-fast stores it anyway")
+                         f"runs (XFL_FAST=0 on a GPU) and cpu-profile ones (XFL_PROFILE=cpu); "
+                         f"--allow-fast stores it anyway")
+    destination = stored_path(chapter, root)
+    refuse_downgrade(destination, run["profile"], root)
     shrink(nb)
     details = nb.metadata.pop(RUN_META, {})
     nb.metadata[META] = {
@@ -241,11 +273,11 @@ def store(executed: Path, root: Path = ROOT, allow_fast: bool = False) -> Path:
         "executed": details.get("date", "unknown"),
         "stored": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
     }
+    stamp_banner(nb, nb.metadata[META])
     text = nbformat.writes(nb) + "\n"
     if len(text) > NOTEBOOK_BUDGET:
         raise StoreError(f"it is {len(text) / 1e6:.1f} MB after shrinking, over the "
                          f"{NOTEBOOK_BUDGET / 1e6:.0f} MB budget: lower the figures' DPI or size")
-    destination = stored_path(chapter, root)
     write_text_atomic(destination, text)
     return destination
 

@@ -1,9 +1,15 @@
-"""Runtime helpers used by every chapter: device choice, seeding, the fast profile.
+"""Runtime helpers used by every chapter: device choice, seeding, the three profiles.
 
-The profile follows the device: with ``XFL_FAST`` unset, a CUDA GPU runs the full profile and
-anything else (a CPU, Apple's MPS) the fast one, so a laptop or a CPU-only Colab runtime never
-starts hours of training. ``XFL_FAST=1`` (``true``, ``yes``, ``on``) forces the fast profile
-(CI sets it), ``XFL_FAST=0`` (``false``, ``no``, ``off``) the full one.
+A chapter sizes its runs by profile:
+- ``fast``: seconds per chapter on a CPU (CI and a laptop);
+- ``cpu``: the largest run that shows a chapter's lessons within about 10 minutes on a 2-core CPU
+  (the book's stored reader runs, where no GPU run is stored);
+- ``full``: minutes on a GPU.
+
+``XFL_PROFILE=fast|cpu|full`` chooses one. Without it, ``XFL_FAST=1`` (``true``, ``yes``, ``on``)
+forces the fast profile and ``XFL_FAST=0`` (``false``, ``no``, ``off``) the full one; with neither,
+a CUDA GPU runs the full profile and anything else (a CPU, Apple's MPS) the fast one, so a laptop
+or a CPU-only Colab runtime never starts hours of training.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ import random
 import numpy as np
 import torch
 
+PROFILES = ("fast", "cpu", "full")
+PROFILE_ENV_VAR = "XFL_PROFILE"
 FAST_ENV_VAR = "XFL_FAST"
 _TRUE_WORDS = {"1", "true", "yes", "on"}
 _FALSE_WORDS = {"0", "false", "no", "off"}
 
 
-def _profile_request() -> bool | None:
+def _fast_request() -> bool | None:
     """True/False when ``XFL_FAST`` forces the fast/full profile, None when it is unset."""
     raw = os.environ.get(FAST_ENV_VAR, "").strip().lower()
     if raw == "":
@@ -34,18 +42,45 @@ def _profile_request() -> bool | None:
     )
 
 
-def fast_profile() -> bool:
-    """True for the fast profile: forced by ``XFL_FAST``, else wherever there is no CUDA GPU."""
+def _profile_request() -> tuple[str, str] | None:
+    """(profile, the variable that chose it) when the environment chooses, else None."""
+    raw = os.environ.get(PROFILE_ENV_VAR, "").strip().lower()
+    fast = _fast_request()
+    if raw == "":
+        if fast is None:
+            return None
+        return ("fast" if fast else "full"), f"{FAST_ENV_VAR}={os.environ[FAST_ENV_VAR].strip()}"
+    if raw not in PROFILES:
+        raise ValueError(f"{PROFILE_ENV_VAR}={raw!r} is not understood; expected one of "
+                         f"{list(PROFILES)} or unset")
+    if fast is not None and fast != (raw == "fast"):
+        raise ValueError(f"{PROFILE_ENV_VAR}={raw} and {FAST_ENV_VAR}={os.environ[FAST_ENV_VAR].strip()} "
+                         f"contradict each other: set one of them")
+    return raw, f"{PROFILE_ENV_VAR}={raw}"
+
+
+def profile() -> str:
+    """``"fast"``, ``"cpu"`` or ``"full"``: as the environment asks, else by the device."""
     requested = _profile_request()
-    return default_device().type != "cuda" if requested is None else requested
+    if requested is not None:
+        return requested[0]
+    return "full" if default_device().type == "cuda" else "fast"
 
 
-def pick(full, fast):
-    """Return ``fast`` in the fast profile and ``full`` otherwise.
+def fast_profile() -> bool:
+    """True for the fast profile only (not for the cpu profile)."""
+    return profile() == "fast"
 
-    >>> steps = pick(full=20_000, fast=50)
+
+def pick(full, fast, cpu=None):
+    """The value for the running profile; in the cpu profile ``cpu``, or ``fast`` when omitted.
+
+    >>> steps = pick(full=20_000, fast=50, cpu=2_000)
     """
-    return fast if fast_profile() else full
+    chosen = profile()
+    if chosen == "cpu":
+        return fast if cpu is None else cpu
+    return fast if chosen == "fast" else full
 
 
 def default_device() -> torch.device:
@@ -67,20 +102,22 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
-def run_banner(fast_minutes: float, t4_minutes: float) -> str:
+def run_banner(fast_minutes: float, t4_minutes: float, cpu_minutes: float | None = None) -> str:
     """The line a chapter prints first: its profile (and why), the device, the expected time.
 
-    ``fast_minutes`` is measured (the fast profile on a 2-core CPU); ``t4_minutes`` is the full
-    profile on Colab's T4, an estimate until a T4 run measures it (``book/setup.md``).
+    ``fast_minutes`` and ``cpu_minutes`` are measured (the fast and cpu profiles on a 2-core
+    CPU); ``t4_minutes`` is the full profile on Colab's T4, an estimate until a T4 run measures it
+    (``book/setup.md``). A chapter without a cpu profile runs its fast values there.
     """
-    device, fast, requested = default_device(), fast_profile(), _profile_request()
-    reason = (f"{FAST_ENV_VAR}={os.environ[FAST_ENV_VAR].strip()}" if requested is not None
+    device, chosen, requested = default_device(), profile(), _profile_request()
+    reason = (requested[1] if requested is not None
               else "CUDA GPU found" if device.type == "cuda" else "no CUDA GPU")
-    if fast:
+    if chosen == "fast" or (chosen == "cpu" and cpu_minutes is None):
         expected = f"about {fast_minutes:g} min on a 2-core CPU"
+    elif chosen == "cpu":
+        expected = f"about {cpu_minutes:g} min on a 2-core CPU"
     elif device.type == "cuda":
         expected = f"about {t4_minutes:g} min on a T4 (estimate), less on newer GPUs"
     else:
         expected = f"the full profile is meant for a GPU (about {t4_minutes:g} min on a T4): far longer here"
-    name = "fast" if fast else "full"
-    return f"xfl: {name} profile ({reason}) on {device.type}; expected run time {expected}"
+    return f"xfl: {chosen} profile ({reason}) on {device.type}; expected run time {expected}"
