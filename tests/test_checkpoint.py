@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import zipfile
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from xfl import files
 from xfl.checkpoint import VERSION, load_checkpoint, read_checkpoint, save_checkpoint
 from xfl.model import GPT, GPTConfig
 
@@ -165,19 +167,39 @@ KILLED_SAVER = textwrap.dedent("""
 """)
 
 
-def test_a_save_killed_halfway_leaves_the_old_checkpoint_and_no_partial_file(tmp_path):
-    torch.manual_seed(1)
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 1024))
-    path = saved(tmp_path, model, torch.optim.SGD, step=5)
-    before = path.read_bytes()
+def kill_a_save_halfway(path: Path, anonymous: bool) -> None:
+    """Start a process that saves over ``path`` and SIGKILL it once half the file is written."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    child = subprocess.Popen([sys.executable, "-c", KILLED_SAVER, str(path)], stdout=subprocess.PIPE,
+    saver = KILLED_SAVER if anonymous else (
+        "import xfl.files; xfl.files._can_name_anonymous_files = lambda folder: False\n" + KILLED_SAVER)
+    child = subprocess.Popen([sys.executable, "-c", saver, str(path)], stdout=subprocess.PIPE,
                              text=True, env=env)
     try:
         assert child.stdout.readline().strip() == "halfway"
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
+
+
+@pytest.mark.skipif(not files._can_name_anonymous_files(Path(tempfile.gettempdir())),
+                    reason="this file system cannot name anonymous files (O_TMPFILE + linkat)")
+def test_a_save_killed_halfway_leaves_the_old_checkpoint_and_nothing_else(tmp_path):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 1024))
+    path = saved(tmp_path, model, torch.optim.SGD, step=5)
+    before = path.read_bytes()
+    kill_a_save_halfway(path, anonymous=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["run.pt"]  # the half-written file had no name
+    assert path.read_bytes() == before
+    assert load_checkpoint(str(path), model, torch.optim.SGD(model.parameters(), lr=0.1)) == {"step": 5}
+
+
+def test_without_anonymous_files_a_killed_save_s_file_is_removed_by_the_next_load(tmp_path):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 1024))
+    path = saved(tmp_path, model, torch.optim.SGD, step=5)
+    before = path.read_bytes()
+    kill_a_save_halfway(path, anonymous=False)
     hidden = [p.name for p in tmp_path.iterdir() if p.name != "run.pt"]
     assert len(hidden) == 1 and hidden[0].startswith(".run.pt.") and os.path.getsize(tmp_path / hidden[0]) > 4e6
     assert path.read_bytes() == before  # the old checkpoint is intact ...
