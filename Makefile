@@ -99,8 +99,9 @@ gpu-plan:
 
 # The Colab-like environment (.venv-colab, kept between runs) with this checkout's xfl installed
 # as the chapters' first cell installs it, registered as the kernel xfl-colab-like in $(RUN_DIR).
-# Colab's packages install beside .venv; xfl after it (two builds of xfl in one tree would collide).
-colab-base:
+# After .venv: torch and its CUDA libraries are hard-linked from it (tools/colab_env.py), the rest
+# of Colab's packages installed; xfl last (two builds of xfl in one tree would collide).
+colab-base: $(STAMP)
 	$(PYTHON) -m tools.colab_env
 colab-env: $(STAMP) colab-base
 	$(PYTHON) -m tools.colab_env prepare

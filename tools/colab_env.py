@@ -10,7 +10,9 @@ the requirements of that first cell, with the repository URL replaced by this ch
 (``_build/test-run/colab-env.json``) and registers the environment as the Jupyter kernel
 ``xfl-colab-like`` (under ``_build/test-run/jupyter``), on which nbval runs every chapter; the
 checks of ``tests/test_colab.py`` read that record and the executed chapters. Standard library
-only (and ``xfl.files``): it runs beside the build of ``.venv``.
+only (and ``xfl.files``). It runs after the build of ``.venv``, whose torch, torchvision, triton
+and CUDA libraries it hard-links instead of installing them a second time (``link_heavy_packages``:
+the same files pip would write, about 6 GB it neither downloads nor writes again).
 
 Usage (from the repository root):
     python -m tools.colab_env            # create or update .venv-colab, print its python
@@ -32,6 +34,7 @@ from xfl.files import write_text_atomic  # xfl's own modules import torch; this 
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ENV = Path(os.environ.get("XFL_COLAB_ENV", ROOT / ".venv-colab"))
+DONOR_ENV = ROOT / ".venv"  # built first by `make`: its torch is linked, not installed again
 KERNEL = "xfl-colab-like"
 RUN_DIR = ROOT / "_build" / "test-run"
 RECORD = RUN_DIR / "colab-env.json"  # what `prepare` installed, and where
@@ -54,17 +57,58 @@ def _pip(env: Path, *args: str) -> None:
     subprocess.run([str(python_of(env)), "-m", "pip", "--disable-pip-version-check", *args], check=True)
 
 
-def ensure_preinstalled(env: Path = DEFAULT_ENV) -> Path:
-    """Create ``env`` with Colab's preinstalled packages unless it already holds exactly them."""
+def ensure_preinstalled(env: Path = DEFAULT_ENV, donor: Path | None = DONOR_ENV) -> Path:
+    """Create ``env`` with Colab's preinstalled packages unless it already holds exactly them.
+    torch and its CUDA libraries are hard-linked from ``donor`` when it has them (see
+    :func:`link_heavy_packages`); pip installs the rest."""
     spec = json.dumps({"python": sys.version_info[:2], "packages": COLAB_PREINSTALLED})
     stamp = env / ".colab-spec"
     if stamp.exists() and stamp.read_text() == spec and python_of(env).exists():
         return python_of(env)
     stamp.unlink(missing_ok=True)  # a half-built environment is never taken for a finished one
     venv.EnvBuilder(clear=True, with_pip=True).create(env)
+    if donor is not None and python_of(donor).exists():
+        link_heavy_packages(donor, env)
     _pip(env, "install", "-q", *COLAB_PREINSTALLED)
     stamp.write_text(spec)
     return python_of(env)
+
+
+HEAVY = re.compile(r"^(torch|torchvision|triton|nvidia-.*|cuda-.*)$")  # about 6 GB of ~6.3 GB
+SITE_FILES = """
+import importlib.metadata as md, json, re, sys, sysconfig
+heavy = re.compile(sys.argv[1])
+print(json.dumps({"python": list(sys.version_info[:2]), "purelib": sysconfig.get_paths()["purelib"],
+                  "files": [str(f) for d in md.distributions() if heavy.match(d.metadata["Name"].lower())
+                            for f in (d.files or []) if not str(f).startswith("..")]}))
+"""
+
+
+def _site(env: Path, pattern: str = HEAVY.pattern) -> dict:
+    """``env``'s Python version, site-packages folder and the files of its distributions
+    whose names match ``pattern`` (relative to site-packages, scripts outside it left out)."""
+    out = subprocess.run([str(python_of(env)), "-c", SITE_FILES, pattern], check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def link_heavy_packages(donor: Path, env: Path) -> int:
+    """Hard-link torch, torchvision, triton and the CUDA libraries (files and metadata) from
+    ``donor``'s site-packages into ``env``'s: pip then finds them installed, as on Colab, and the
+    set-up neither downloads nor writes those 6 GB twice. Nothing is linked across Python
+    versions or file systems. Returns the number of files linked."""
+    source, target = _site(donor), _site(env)
+    src_root, dst_root = Path(source["purelib"]), Path(target["purelib"])
+    if source["python"] != target["python"] or src_root.stat().st_dev != dst_root.stat().st_dev:
+        return 0
+    linked = 0
+    for name in source["files"]:
+        src, dst = src_root / name, dst_root / name
+        if src.is_file() and not dst.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.link(src, dst)
+            linked += 1
+    return linked
 
 
 def first_cell_requirements(notebook: Path, checkout: Path = ROOT) -> list[str]:
