@@ -2,17 +2,18 @@
 
     python -m bench.vit                  # the GPU run: 600 s of training, then the test set
     python -m bench.vit --budget 300     # another budget (seconds of training)
+    python -m bench.vit --recipe cpu     # chapter 7's stored CPU run, as a benchmark
     python -m bench.vit --smoke          # CPU smoke run on a small subset (about 20 s)
 
 Writes JSON (test accuracy, the validation curve, epochs, images per second, wall time, device,
 the model's description and parameter count printed from it, config) to
 ``bench/results/vit.json`` (or ``--out``). Target: >= 90% test accuracy in 10 minutes on
-one H100. The recipe (chapter 7): ``GPU_MODEL`` (ViT-Lite-7/4 of Hassani et al., 2021), the
-whole dataset on the GPU with crop + flip and TrivialAugment (``xfl.augment``; Müller & Hutter,
-2021) there, MixUp/CutMix on part of the batches, label smoothing, AdamW (fused on CUDA) warmed
-up over a number of steps, then a cosine decay that follows the clock, bf16 autocast,
-channels-last batches and torch.compile (compile time reported apart, outside the budget), all
-in ``xfl.train``'s one loop. The last ``VALID`` training images are held out: their accuracy is
+one H100. The recipe is chapter 7's, ``xfl.vit_train.RECIPES["full"]`` (one home for both):
+ViT-Lite-7/4 of Hassani et al., 2021, the whole dataset on the GPU with crop + flip and
+TrivialAugment (``xfl.augment``; Müller & Hutter, 2021) there, MixUp/CutMix on part of the
+batches, label smoothing, AdamW (fused on CUDA) warmed up over a number of steps, then a cosine
+decay that follows the clock, bf16 autocast, channels-last batches and torch.compile (compile
+time reported apart, outside the budget), all in ``xfl.train``'s one loop. The last ``VALID`` training images are held out: their accuracy is
 tracked every ``eval_every`` steps (outside the clock), the best weights are kept and scored
 once on the test set.
 Data: XFL_DATA_MIRROR (offline mirror) or a verified download.
@@ -24,47 +25,40 @@ import argparse
 import json
 import time
 from dataclasses import asdict
-from functools import partial
 from pathlib import Path
 
 import torch
 
 from bench.report import BestWeights, device_name, resume_path, write_results
-from xfl.augment import augment_batch
 from xfl.data.cifar import load_cifar10, normalize
 from xfl.runtime import default_device
 from xfl.train import TrainConfig, train
-from xfl.vit import ViT, ViTConfig
-from xfl.vit_train import ImageClassification, accuracy, predict
+from xfl.vit import ViT
+from xfl.vit_train import RECIPES, Recipe, accuracy, predict
 
 RESULTS = Path(__file__).resolve().parent / "results" / "vit.json"
-
-GPU_MODEL = ViTConfig(image_size=32, patch_size=4, in_channels=3, num_classes=10, d_model=256,
-                      num_heads=4, num_layers=7, d_hidden=512, dropout=0.0)
-SMOKE_MODEL = ViTConfig(d_model=32, num_heads=2, num_layers=1, d_hidden=64)
-RECIPE = dict(label_smoothing=0.1, mix_prob=0.3)  # the batches: ImageClassification's settings
-VALID = {"gpu": 5000, "smoke": 256}  # training images held out for validation
+VALID = {"full": 5000, "cpu": 5000, "fast": 256}  # training images held out for validation
 
 
-def configs(args) -> tuple[ViTConfig, TrainConfig, dict, int, int]:
-    """Model config, training config, batch recipe, and the train/test subset sizes (0 = all)."""
-    common = dict(steps=10**9, schedule="cosine", weight_decay=0.05, betas=(0.9, 0.999), eps=1e-8,
-                  log_every=50, progress=False)
+def configs(args) -> tuple[Recipe, TrainConfig]:
+    """The recipe (``xfl.vit_train.RECIPES``, shared with chapter 7) and its training config."""
+    name = "fast" if args.smoke else args.recipe
+    recipe = RECIPES[name]
+    n_train = (recipe.n_train or 50_000) - VALID[name]
+    overrides = dict(log_every=50, eval_every=10 if args.smoke else 500, device=args.device,
+                     compile=not args.no_compile)
     if args.smoke:
-        train_config = TrainConfig(max_seconds=args.budget or 8.0, lr=2e-3, warmup_steps=5,
-                                   eval_every=10, compile=False, device="cpu", **common)
-        return SMOKE_MODEL, train_config, dict(RECIPE, batch_size=64), 2048, 500
-    train_config = TrainConfig(max_seconds=args.budget or 600.0, lr=2e-3, warmup_steps=600, eval_every=500,
-                               compile=not args.no_compile, device=args.device, **common)
-    return GPU_MODEL, train_config, dict(RECIPE, batch_size=512), 0, 0
+        overrides.update(max_seconds=args.budget or 8.0, device="cpu", compile=False)
+    elif args.budget:
+        overrides.update(max_seconds=args.budget)
+    return recipe, recipe.train_config(n_train // recipe.batch_size, **overrides)
 
 
 def cifar(n_train: int, n_test: int):
     """CIFAR-10's training and test images and labels, or their first n (0 = all)."""
     (train_x, train_y), (test_x, test_y) = load_cifar10(train=True), load_cifar10(train=False)
-    if n_train:
-        train_x, train_y, test_x, test_y = train_x[:n_train], train_y[:n_train], test_x[:n_test], test_y[:n_test]
-    return train_x, train_y, test_x, test_y
+    n_train, n_test = n_train or len(train_x), n_test or len(test_x)
+    return train_x[:n_train], train_y[:n_train], test_x[:n_test], test_y[:n_test]
 
 
 def describe(model: ViT) -> str:
@@ -82,16 +76,15 @@ def valid_accuracy(images, labels):
 
 def run(args) -> dict:
     wall = time.perf_counter()
-    model_config, config, recipe, n_train, n_test = configs(args)
+    recipe, config = configs(args)
     device = torch.device(config.device or default_device())
     config.device = str(device)
-    train_x, train_y, test_x, test_y = cifar(n_train, n_test)
-    n_valid = VALID["smoke" if args.smoke else "gpu"]
+    train_x, train_y, test_x, test_y = cifar(recipe.n_train, recipe.n_test)
+    n_valid = VALID["fast" if args.smoke else args.recipe]
     valid_x, valid_y, train_x, train_y = train_x[-n_valid:], train_y[-n_valid:], train_x[:-n_valid], train_y[:-n_valid]
-    task = ImageClassification(train_x.to(device), train_y.to(device), normalize,
-                               partial(augment_batch, trivial=True), **recipe)  # crop, flip, one op
+    task = recipe.task(train_x.to(device), train_y.to(device))
     torch.manual_seed(config.seed)
-    model = ViT(model_config)
+    model = ViT(recipe.model)
     log = (lambda e: print(f"step {e['step']:6d}  epoch {e['epoch']:3d}  loss {e['loss']:.3f}  "
                            f"lr {e['lr']:.2e}  {e['seconds']:.0f}s", flush=True)) if not args.quiet else None
     best = BestWeights(valid_accuracy(valid_x, valid_y), "valid_accuracy", resume_path("vit-best.pt"))
@@ -107,8 +100,8 @@ def run(args) -> dict:
         "device": device_name(device), "smoke": args.smoke, "train_size": len(train_x),
         "test_size": len(test_x), "parameters": sum(p.numel() for p in model.parameters()),
         "model_description": describe(model),
-        "model": asdict(model_config), "config": asdict(config), "recipe": recipe,
-        "augment": "crop 4 + flip + TrivialAugment", "torch": torch.__version__,
+        "recipe_name": "fast" if args.smoke else args.recipe, "recipe": asdict(recipe),
+        "config": asdict(config), "torch": torch.__version__,
         "final_train_loss": state.history[-1]["loss"],
     }
 
@@ -117,7 +110,9 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds of training (default 600; 8 with --smoke)")
-    parser.add_argument("--smoke", action="store_true", help="tiny CPU run on a subset")
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="full",
+                        help="xfl.vit_train.RECIPES entry (default full: the GPU recipe)")
+    parser.add_argument("--smoke", action="store_true", help="the fast recipe on the CPU, 8 s")
     parser.add_argument("--device", default=None, help="cuda / mps / cpu (default: the best)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON file (default {RESULTS})")

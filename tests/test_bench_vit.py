@@ -21,10 +21,12 @@ def test_smoke_run_writes_results(tmp_path):
         assert key in saved
     assert 0.0 <= saved["test_accuracy"] <= 1.0 and saved["test_size"] == 500
     assert saved["epochs"] > 0 and saved["train_images_per_s"] > 0  # a loaded machine may not finish an epoch in 4 s
-    assert saved["train_seconds"] >= 4.0 and saved["config"]["max_seconds"] == 4.0
+    assert saved["config"]["max_seconds"] == 4.0  # the budget, or the recipe's epochs, ends the run
+    assert saved["train_seconds"] >= 4.0 or saved["steps"] == saved["config"]["steps"]
     assert saved["compile_seconds"] > 0  # the first step, timed apart from the budget
     assert saved["device"].startswith("cpu") and saved["smoke"] is True
-    assert saved["train_size"] == 2048 - 256 and saved["valid_size"] == 256  # held out of training
+    assert saved["recipe_name"] == "fast" and saved["recipe"]["n_train"] == 2000
+    assert saved["train_size"] == 2000 - 256 and saved["valid_size"] == 256  # held out of training
     curve = saved["valid_curve"]  # validation accuracy every eval_every steps and at the end
     assert curve and curve[-1]["step"] == saved["steps"] and all(0 <= e["valid_accuracy"] <= 1 for e in curve)
     best = max(curve, key=lambda e: e["valid_accuracy"])
@@ -33,21 +35,33 @@ def test_smoke_run_writes_results(tmp_path):
 
 
 def test_gpu_config_is_the_documented_recipe():
+    from xfl.vit_train import RECIPES
+
     bench = load_bench()
-    model, config, recipe, n_train, n_test = bench.configs(bench.argparse.Namespace(
-        smoke=False, budget=None, no_compile=False, device="cuda"))
+    recipe, config = bench.configs(bench.argparse.Namespace(
+        smoke=False, recipe="full", budget=None, no_compile=False, device="cuda"))
+    assert recipe is RECIPES["full"]  # chapter 7's recipe, not a copy
+    model = recipe.model
     assert (model.patch_size, model.d_model, model.num_layers) == (4, 256, 7)
     assert config.max_seconds == 600.0 and config.compile and config.amp
-    assert config.schedule == "cosine" and recipe["batch_size"] == 512 and recipe["mix_prob"] == 0.3
+    assert config.schedule == "cosine" and recipe.batch_size == 512 and recipe.mix_prob == 0.3
+    assert recipe.trivial_augment and recipe.label_smoothing == 0.1 and config.lr == recipe.lr
     assert config.warmup_steps > 0 and config.eval_every > 0  # warm-up in steps; validation tracked
-    assert n_train == 0 and n_test == 0  # the whole dataset
+    assert recipe.n_train == 0 and recipe.n_test == 0  # the whole dataset
+
+
+def test_a_budget_replaces_the_recipes_clock():
+    bench = load_bench()
+    args = bench.argparse.Namespace(smoke=False, recipe="full", budget=60.0, no_compile=True, device="cpu")
+    recipe, config = bench.configs(args)
+    assert config.max_seconds == 60.0 and not config.compile and config.device == "cpu"
 
 
 def test_the_description_and_count_come_from_the_model():
     from xfl.vit import ViT
 
     bench = load_bench()
-    model = ViT(bench.GPU_MODEL)
+    model = ViT(bench.RECIPES["full"].model)
     assert bench.describe(model) == ("ViT, 32x32 images in 4x4 patches, 7 Pre-LN layers of width 256, "
                                      "4 heads, feed-forward 512, cls pooling: "
                                      f"{sum(p.numel() for p in model.parameters()):,} parameters")

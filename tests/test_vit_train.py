@@ -9,7 +9,7 @@ import torch
 from toy_tasks import striped_images as striped_data
 from xfl.train import TrainConfig, make_optimizer, parameter_groups, train, warmup_cosine
 from xfl.vit import ViT, ViTConfig
-from xfl.vit_train import ImageClassification, accuracy, confusion_matrix, predict
+from xfl.vit_train import RECIPES, ImageClassification, accuracy, confusion_matrix, predict
 
 
 def test_warmup_cosine_shape():
@@ -143,3 +143,28 @@ def test_no_weight_decay_on_class_token_positions_norms_and_biases():
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
     optimizer = make_optimizer(model, TrainConfig(weight_decay=0.05))
     assert [g["weight_decay"] for g in optimizer.param_groups] == [0.05, 0.0]
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_builds_its_task_and_config(name):
+    recipe = RECIPES[name]
+    images, labels = torch.zeros(10 * recipe.batch_size + 3, 3, 32, 32, dtype=torch.uint8), torch.zeros(
+        10 * recipe.batch_size + 3, dtype=torch.long)
+    task = recipe.task(images, labels)
+    assert task.steps_per_epoch == 10 and task.batch_size == recipe.batch_size
+    assert (task.mix_prob, task.label_smoothing) == (recipe.mix_prob, recipe.label_smoothing)
+    assert task.augment.keywords == {"trivial": recipe.trivial_augment}
+    config = recipe.train_config(task.steps_per_epoch, log_every=7)
+    assert config.steps == math.ceil(recipe.epochs * 10) and config.max_seconds == recipe.max_seconds
+    assert (config.lr, config.warmup_steps, config.weight_decay, config.log_every) == (
+        recipe.lr, recipe.warmup_steps, recipe.weight_decay, 7)
+    assert config.schedule == "cosine" and not config.progress
+    model = ViT(recipe.model)
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_recipe_overrides_win_and_reject_unknown_settings():
+    config = RECIPES["fast"].train_config(5, max_seconds=None, steps=3)
+    assert config.steps == 3 and config.max_seconds is None
+    with pytest.raises(TypeError, match="no_such_setting"):
+        RECIPES["fast"].train_config(5, no_such_setting=1)

@@ -1,5 +1,5 @@
-"""Every image augmentation, on whole batches on their device (chapters 0 and 7: the datasets
-page and the ViT recipe of ``chapters/ch07_vit/vision_transformer``; ``bench/vit.py``).
+"""Every image augmentation, on whole batches on their device (chapter 0: the datasets page;
+the ViT recipes of ``xfl.vit_train.RECIPES``, which chapter 7 and ``bench/vit.py`` run).
 
 - ``random_crop`` and ``random_flip``: the classic CIFAR pair (pad 4, cut 32x32; mirror).
 - ``trivial_augment``: each image gets one operation drawn uniformly from ``OPS``, at a
