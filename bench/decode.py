@@ -79,10 +79,11 @@ def decode_all(model, batches: list[torch.Tensor], beam_size: int, use_cache: bo
         for src in batches:
             max_len = min(src.shape[1] + extra_len, model.config.max_len - 1)
             if beam_size == 1:
-                h, s = greedy_decode(model, src, max_len, SOS, EOS, PAD, banned=(UNK,), use_cache=use_cache)
+                h, s = greedy_decode(model, src, max_len, sos=SOS, eos=EOS, pad=PAD, banned=(UNK,),
+                                     use_cache=use_cache)
             else:
-                h, s = beam_search(model, src, max_len, SOS, EOS, PAD, beam_size, banned=(UNK,),
-                                   use_cache=use_cache)
+                h, s = beam_search(model, src, max_len, sos=SOS, eos=EOS, pad=PAD, beam_size=beam_size,
+                                   banned=(UNK,), use_cache=use_cache)
             hyps, scores = hyps + h, scores + s.tolist()
     return hyps, scores
 

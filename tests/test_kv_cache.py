@@ -1,4 +1,4 @@
-"""The key-value cache (xfl.attention.KVCache, decode_step / forward_step, use_cache=True):
+"""The key-value cache (xfl.cache: KVCache, decode_step / forward_step, use_cache=True):
 every cached step equals the uncached pass, and the decoders give the same tokens and scores.
 
 Models are float64 (as in tests/test_decode.py), so the two paths agree to ~1e-12.
@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from test_decode import EOS, PAD, SOS, random_model, sources
-from xfl.attention import KVCache, MultiHeadAttention, causal_mask, causal_padding_mask, newest_queries_mask
+from xfl.attention import MultiHeadAttention, causal_mask, causal_padding_mask, newest_queries_mask
+from xfl.cache import KVCache, cross_attention_step, memory_cache, self_attention_step
 from xfl.decode import beam_search, greedy_decode, sample
 from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, TokenEmbedding
 
@@ -76,11 +77,11 @@ def test_attention_step_by_step_equals_one_causal_pass():
     mha, x = MultiHeadAttention(16, 4).double().eval(), torch.randn(3, 6, 16, dtype=torch.double)
     full = mha(x, mask=causal_mask(6))
     cache = KVCache()
-    steps = [mha.forward_step(x[:, :2], cache, causal_mask(2))]  # a two-token prefix, then one by one
-    steps += [mha.forward_step(x[:, t:t + 1], cache) for t in range(2, 6)]
+    steps = [self_attention_step(mha, x[:, :2], cache, causal_mask(2))]  # a two-token prefix, then one by one
+    steps += [self_attention_step(mha, x[:, t:t + 1], cache) for t in range(2, 6)]
     close(torch.cat(steps, dim=1), full)
     memory = torch.randn(3, 4, 16, dtype=torch.double)
-    close(mha.forward_memory(x, mha.memory_cache(memory)), mha(x, memory, memory))
+    close(cross_attention_step(mha, x, memory_cache(mha, memory)), mha(x, memory, memory))
 
 
 # ------------------------------------------------------------------- model steps

@@ -268,7 +268,7 @@ def test_seq2seq_takes_the_block_options_and_decodes_alike(options):
     cache = model.decoder_cache(memory, keep)
     steps = torch.cat([model.decode_step(tgt[:, i:i + 1], cache) for i in range(6)], dim=1)
     close(steps, model.decode(tgt, memory, keep))
-    with_cache, without = (greedy_decode(model, src, 10, 1, 2, use_cache=c) for c in (True, False))
+    with_cache, without = (greedy_decode(model, src, 10, sos=1, eos=2, use_cache=c) for c in (True, False))
     assert with_cache[0] == without[0]
 
 

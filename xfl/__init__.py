@@ -13,6 +13,7 @@ Each module holds one idea and links back to the chapter that builds it:
 - ``batches``: the one seeded epoch order (chapter 9; the others through ``translation``, ``vit_train``)
 - ``modes``: ``eval_mode``, evaluation mode restored afterwards (used by ``decode``, ``vit_train``, ``train``)
 - ``decode``: greedy, beam search, sampling (chapter 9; chapter 6 through ``translation``)
+- ``cache``: the key-value cache of incremental decoding, beside the models (built in chapter 6)
 - ``translation``: the Tatoeba English-Spanish task and held-out BLEU (chapters 5, 6)
 - ``bleu``: BLEU from clipped n-gram precision and the brevity penalty (chapter 6)
 - ``attention_maps``: recording every attention layer's weights (chapter 6)

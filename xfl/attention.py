@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import torch
@@ -207,38 +206,14 @@ def repeat_kv_heads(x: Tensor, num_heads: int) -> Tensor:
     return x if kv_heads == num_heads else x.repeat_interleave(num_heads // kv_heads, dim=1)
 
 
-# ------------------------------------------------------------------ key-value cache
-@dataclass
-class KVCache:
-    """Keys and values ``(B, heads, t, d_head)`` of the t positions one attention layer has seen.
-
-    Incremental decoding (chapter 6, ``xfl.decode``) appends the newest positions' keys and
-    values at each step instead of recomputing every earlier position's.
-    """
-
-    keys: Tensor | None = None
-    values: Tensor | None = None
-
-    def __len__(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[2]
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add ``k, v (B, heads, L, d_head)`` after the cached positions; return all the keys
-        and values, ``(B, heads, t + L, d_head)``."""
-        if self.keys is not None and k.shape[:2] != self.keys.shape[:2]:
-            raise ValueError(f"new keys {tuple(k.shape)} need the cached (B, heads) = "
-                             f"{tuple(self.keys.shape[:2])}")
-        self.keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
-        self.values = v if self.values is None else torch.cat([self.values, v], dim=2)
-        return self.keys, self.values
-
-    def reorder(self, rows: Tensor) -> None:
-        """Row i becomes the old row ``rows[i]`` (beam search's parent beams): ``rows (B',)`` long."""
-        if self.keys is not None:
-            self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
-
-
 # ------------------------------------------------------------- multi-head attention
+def _check_sizes(d_model: int, num_heads: int, dropout: float) -> None:
+    if num_heads < 1 or d_model % num_heads != 0:
+        raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+
+
 def _check_kv_heads(num_heads: int, num_kv_heads: int | None) -> int:
     """``num_kv_heads`` (None: one per query head), checked to divide ``num_heads``."""
     if num_kv_heads is None:
@@ -259,24 +234,16 @@ def _check_rope(head_dim: int, rope_base: float | None) -> float | None:
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with batched heads and an output projection (chapter 2).
 
-    ``forward(query, key=None, value=None, mask=None, need_weights=False)``: query
-    ``(B, Lq, D)``; key/value ``(B, Lk, D)`` for cross-attention, None for self-attention.
-    ``mask`` is bool, broadcastable to ``(B, heads, Lq, Lk)``. Returns ``(B, Lq, D)``, and the
-    weights ``(B, heads, Lq, Lk)`` when ``need_weights``.
-
-    Chapter 10's options: ``num_kv_heads`` < ``num_heads`` shares each key/value head among a
-    group of query heads (grouped-query attention; 1 = multi-query), and the cache keeps only
-    the kv heads; ``rope_base`` rotates self-attention's queries and keys by their positions
-    (RoPE); ``qk_norm`` RMS-normalises each head's queries and keys before the scores.
+    query ``(B, Lq, D)``; key/value ``(B, Lk, D)`` for cross-attention, None for self-attention;
+    ``mask`` bool, broadcastable to ``(B, heads, Lq, Lk)``. Returns ``(B, Lq, D)``, and the
+    weights ``(B, heads, Lq, Lk)`` when ``need_weights``. Chapter 10's options (below the core):
+    ``num_kv_heads``, ``rope_base``, ``qk_norm``. Incremental decoding: ``xfl.cache``.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  num_kv_heads: int | None = None, rope_base: float | None = None, qk_norm: bool = False):
         super().__init__()
-        if num_heads < 1 or d_model % num_heads != 0:
-            raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        _check_sizes(d_model, num_heads, dropout)
         self.d_model, self.num_heads, self.dropout = d_model, num_heads, dropout
         self.head_dim = d_model // num_heads
         self.num_kv_heads = _check_kv_heads(num_heads, num_kv_heads)
@@ -288,25 +255,12 @@ class MultiHeadAttention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim) if qk_norm else None
         self.k_norm = RMSNorm(self.head_dim) if qk_norm else None
 
-    def split_heads(self, x: Tensor) -> Tensor:
-        """``(B, L, heads * d_head) -> (B, heads, L, d_head)`` (query or kv heads)."""
-        B, L, _ = x.shape
-        return x.view(B, L, -1, self.head_dim).transpose(1, 2)
-
-    def position_heads(self, q: Tensor, k: Tensor, start: int | None) -> tuple[Tensor, Tensor]:
-        """QK-norm and RoPE (when configured) on heads ``q (B, h, Lq, d_h)``, ``k (B, kv, Lk, d_h)``;
-        RoPE only for self-attention, whose newest positions begin at ``start``."""
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if self.rope_base is not None and start is not None:
-            q, k = apply_rope(q, start, self.rope_base), apply_rope(k, start, self.rope_base)
-        return q, k
-
-    @staticmethod
-    def merge_heads(x: Tensor) -> Tensor:
-        """``(B, heads, L, d_head) -> (B, L, heads * d_head)``."""
-        B, H, L, d_head = x.shape
-        return x.transpose(1, 2).reshape(B, L, H * d_head)
+    def forward(self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None,
+                mask: Tensor | None = None, need_weights: bool = False, is_causal: bool = False):
+        self.check_inputs(query, key, value)
+        q, k, v = (self.split_heads(x) for x in self.project(query, key, value))  # (B, h|kv, L, d_h)
+        q, k = self.position_heads(q, k, 0 if key is None and value is None else None)
+        return self.attend(q, k, v, mask, need_weights, is_causal)
 
     def project(self, query: Tensor, key: Tensor | None, value: Tensor | None):
         """Q, K, V projections, each ``(B, L, D)``; one matmul for self-attention."""
@@ -316,29 +270,10 @@ class MultiHeadAttention(nn.Module):
         value = key if value is None else value
         return tuple(self.project_one(x, i) for i, x in enumerate((query, key, value)))
 
-    def project_one(self, x: Tensor, which: int) -> Tensor:
-        """``x (B, L, D)`` through W_Q (``which=0``), W_K (1) or W_V (2): ``(B, L, D)``."""
-        bias = self.in_proj.bias.split(self.splits)[which] if self.in_proj.bias is not None else None
-        return F.linear(x, self.in_proj.weight.split(self.splits, dim=0)[which], bias)
-
-    def _check_inputs(self, query, key, value):
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            if x is not None and (x.ndim != 3 or x.shape[-1] != self.d_model):
-                raise ValueError(f"{name} must be (B, L, {self.d_model}), got {tuple(x.shape)}")
-            if x is not None:
-                check_finite(x, name)
-        if key is not None and value is not None and key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} need the same (B, Lk)")
-        other = key if key is not None else value
-        if other is not None and other.shape[0] != query.shape[0]:
-            raise ValueError(f"query batch {query.shape[0]} != key/value batch {other.shape[0]}")
-
-    def forward(self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None,
-                mask: Tensor | None = None, need_weights: bool = False, is_causal: bool = False):
-        self._check_inputs(query, key, value)
-        q, k, v = (self.split_heads(x) for x in self.project(query, key, value))  # (B, h|kv, L, d_h)
-        q, k = self.position_heads(q, k, 0 if key is None and value is None else None)
-        return self.attend(q, k, v, mask, need_weights, is_causal)
+    def split_heads(self, x: Tensor) -> Tensor:
+        """``(B, L, heads * d_head) -> (B, heads, L, d_head)`` (query or kv heads)."""
+        B, L, _ = x.shape
+        return x.view(B, L, -1, self.head_dim).transpose(1, 2)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                need_weights: bool = False, is_causal: bool = False):
@@ -354,29 +289,43 @@ class MultiHeadAttention(nn.Module):
         out = self.out_proj(self.merge_heads(out))  # (B, Lq, D)
         return (out, weights) if need_weights else out
 
-    def forward_step(self, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
-        """Self-attention of the newest positions ``query (B, L, D)`` over the cached ones and
-        themselves; their keys and values are appended to ``cache``. ``mask`` broadcasts to
-        ``(B, heads, L, t + L)``. Returns ``(B, L, D)``."""
-        self._check_inputs(query, None, None)
-        q, k, v = (self.split_heads(x) for x in self.project(query, None, None))  # (B, h|kv, L, d_h)
-        q, k = self.position_heads(q, k, len(cache))
-        k, v = cache.append(k, v)  # (B, kv, t + L, d_h): only the kv heads are stored
-        return self.attend(q, k, v, mask)
+    @staticmethod
+    def merge_heads(x: Tensor) -> Tensor:
+        """``(B, heads, L, d_head) -> (B, L, heads * d_head)``."""
+        B, H, L, d_head = x.shape
+        return x.transpose(1, 2).reshape(B, L, H * d_head)
 
-    def memory_cache(self, memory: Tensor) -> KVCache:
-        """Cross-attention keys and values of ``memory (B, S, D)``, projected once per source batch."""
-        self._check_inputs(memory, None, None)
-        k, v = (self.split_heads(self.project_one(memory, i)) for i in (1, 2))
-        return KVCache(k if self.k_norm is None else self.k_norm(k), v)
+    # ------------------------------------------ beyond the core: chapter 10, xfl.cache, checks
+    def position_heads(self, q: Tensor, k: Tensor, start: int | None) -> tuple[Tensor, Tensor]:
+        """QK-norm and RoPE (when configured) on heads ``q (B, h, Lq, d_h)``, ``k (B, kv, Lk, d_h)``;
+        RoPE only for self-attention, whose newest positions begin at ``start``. Chapter 10:
+        ``num_kv_heads`` < ``num_heads`` shares each key/value head among a group of query heads
+        (grouped-query attention; 1 = multi-query; a cache keeps only the kv heads);
+        ``rope_base`` rotates self-attention's queries and keys by their positions (RoPE);
+        ``qk_norm`` RMS-normalises each head's queries and keys before the scores."""
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope_base is not None and start is not None:
+            q, k = apply_rope(q, start, self.rope_base), apply_rope(k, start, self.rope_base)
+        return q, k
 
-    def forward_memory(self, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
-        """Cross-attention of ``query (B, L, D)`` over keys and values from ``memory_cache``:
-        the same as ``forward(query, memory, memory, mask)``. Returns ``(B, L, D)``."""
-        self._check_inputs(query, None, None)
-        q = self.split_heads(self.project_one(query, 0))  # (B, h, L, d_h)
-        q = q if self.q_norm is None else self.q_norm(q)
-        return self.attend(q, cache.keys, cache.values, mask)
+    def project_one(self, x: Tensor, which: int) -> Tensor:
+        """``x (B, L, D)`` through W_Q (``which=0``), W_K (1) or W_V (2): ``(B, L, D)``."""
+        bias = self.in_proj.bias.split(self.splits)[which] if self.in_proj.bias is not None else None
+        return F.linear(x, self.in_proj.weight.split(self.splits, dim=0)[which], bias)
+
+    def check_inputs(self, query: Tensor, key: Tensor | None, value: Tensor | None) -> None:
+        """Shapes ``(B, L, D)`` with one batch size, finite values (outside a training step)."""
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x is not None and (x.ndim != 3 or x.shape[-1] != self.d_model):
+                raise ValueError(f"{name} must be (B, L, {self.d_model}), got {tuple(x.shape)}")
+            if x is not None:
+                check_finite(x, name)
+        if key is not None and value is not None and key.shape[:2] != value.shape[:2]:
+            raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} need the same (B, Lk)")
+        other = key if key is not None else value
+        if other is not None and other.shape[0] != query.shape[0]:
+            raise ValueError(f"query batch {query.shape[0]} != key/value batch {other.shape[0]}")
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":

@@ -12,8 +12,6 @@ Chapter 10's options make the same block today's decoder block: ``norm="rms"`` (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
 from functools import partial
 
@@ -21,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache, MultiHeadAttention, key_mask, newest_queries_mask
+from .attention import MultiHeadAttention
 from .norms import make_norm
 
 
@@ -150,31 +148,17 @@ class TransformerBlock(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None, memory: Tensor | None = None,
                 memory_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
         """x ``(B, L, D)``; memory ``(B, S, D)`` for cross blocks. Returns ``(B, L, D)``.
-        ``is_causal=True`` (with ``mask=None``) is a causal mask the fused kernel never builds."""
-        self._check_memory(memory)
-        return self._sublayers(x, lambda h: self.self_attn(h, mask=mask, is_causal=is_causal),
-                               lambda h: self.cross_attn(h, memory, memory, mask=memory_mask))
+        ``is_causal=True`` (with ``mask=None``) is a causal mask the fused kernel never builds.
+        (``xfl.cache.block_step`` runs the same sublayers on the newest positions only.)"""
+        self.check_memory(memory)
+        x = self.residuals[0](x, lambda h: self.self_attn(h, mask=mask, is_causal=is_causal))
+        if self.cross_attn is not None:
+            x = self.residuals[1](x, lambda h: self.cross_attn(h, memory, memory, mask=memory_mask))
+        return self.residuals[-1](x, self.ffn)
 
-    def forward_step(self, x: Tensor, cache: KVCache, mask: Tensor | None = None,
-                     memory: KVCache | None = None, memory_mask: Tensor | None = None) -> Tensor:
-        """``forward`` for the newest positions ``x (B, L, D)`` only: self-attention over ``cache``
-        (the earlier positions' keys and values; the new ones are appended), cross-attention over
-        ``memory``, the memory's keys and values (``memory_cache``). Returns ``(B, L, D)``."""
-        self._check_memory(memory)
-        return self._sublayers(x, lambda h: self.self_attn.forward_step(h, cache, mask),
-                               lambda h: self.cross_attn.forward_memory(h, memory, memory_mask))
-
-    def _check_memory(self, memory) -> None:
+    def check_memory(self, memory) -> None:
         if (memory is None) != (self.cross_attn is None):
             raise ValueError("memory must be given exactly when the block was built with cross=True")
-
-    def _sublayers(self, x: Tensor, self_attention, cross_attention) -> Tensor:
-        """Self-attention, cross-attention (cross blocks only) and feed-forward, each residual."""
-        first, *rest = self.residuals
-        x = first(x, self_attention)
-        if self.cross_attn is not None:
-            x = rest.pop(0)(x, cross_attention)
-        return rest[0](x, self.ffn)
 
     @classmethod
     def from_torch(cls, layer: nn.Module) -> "TransformerBlock":
@@ -200,46 +184,6 @@ class TransformerBlock(nn.Module):
         return block
 
 
-@dataclass
-class StackCache:
-    """What incremental decoding keeps for a ``TransformerStack`` (chapter 6).
-
-    ``layers``: each block's self-attention ``KVCache``; ``keep (B, t)``: which cached positions
-    hold real tokens (no query attends to padding, as in the uncached decoder); for a stack with
-    cross-attention, ``memory``: each block's keys and values of the encoder memory, projected
-    once, and ``memory_keep (B, S)``, the memory's keep-mask.
-    """
-
-    layers: list[KVCache]
-    keep: Tensor | None = None  # (B, t) bool
-    memory: list[KVCache] | None = None
-    memory_keep: Tensor | None = None  # (B, S) bool
-
-    def __len__(self) -> int:
-        return 0 if self.keep is None else self.keep.shape[1]
-
-    def bytes_per_token(self) -> float:
-        """Self-attention keys and values held per cached token and sequence, in bytes."""
-        if self.keep is None:
-            raise ValueError("the cache is empty: run forward_step first")
-        total = sum(c.keys.nbytes + c.values.nbytes for c in self.layers)
-        return total / self.keep.numel()
-
-    def extend(self, keep_new: Tensor) -> Tensor:
-        """Record the newest positions ``keep_new (B, L)``; return their self-attention mask
-        ``(B, 1, L, t + L)``: causal over the cache, padding masked."""
-        self.keep = keep_new if self.keep is None else torch.cat([self.keep, keep_new], dim=1)
-        return newest_queries_mask(self.keep, keep_new.shape[1])
-
-    def reorder(self, rows: Tensor) -> None:
-        """Row i continues the old row ``rows[i]`` (beam search's parent beams); ``rows`` long."""
-        for cache in self.layers + (self.memory or []):
-            cache.reorder(rows)
-        self.keep = None if self.keep is None else self.keep.index_select(0, rows)
-        if self.memory_keep is not None:
-            self.memory_keep = self.memory_keep.index_select(0, rows)
-
-
 class TransformerStack(nn.Module):
     """``num_layers`` blocks; Pre-LN stacks end with a norm (post-LN ones need none).
     ``options`` are ``TransformerBlock``'s keyword options (norm, ffn, num_kv_heads, ...)."""
@@ -260,27 +204,4 @@ class TransformerStack(nn.Module):
                 memory_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
         for layer in self.layers:
             x = layer(x, mask, memory, memory_mask, is_causal)
-        return self.final_norm(x)
-
-    def new_cache(self, memory: Tensor | None = None, memory_keep: Tensor | None = None) -> StackCache:
-        """An empty ``StackCache`` for ``forward_step``; a cross-attention stack needs the memory
-        ``(B, S, D)`` and its keep-mask ``(B, S)``, whose keys and values are projected here, once."""
-        if (memory is None) != (memory_keep is None):
-            raise ValueError("memory and memory_keep must be given together")
-        self.layers[0]._check_memory(memory)
-        cache = StackCache([KVCache() for _ in self.layers])
-        if memory is not None:
-            cache.memory = [layer.cross_attn.memory_cache(memory) for layer in self.layers]
-            cache.memory_keep = memory_keep
-        return cache
-
-    def forward_step(self, x: Tensor, keep: Tensor, cache: StackCache) -> Tensor:
-        """The stack on the newest positions ``x (B, L, D)`` after the t cached ones; ``keep (B, L)``
-        is False where they are padding. Same rows as ``forward`` on all t + L positions under a
-        causal padding mask; appends to ``cache``. Returns ``(B, L, D)``."""
-        mask = cache.extend(keep)  # (B, 1, L, t + L)
-        memories = cache.memory or [None] * len(self.layers)
-        memory_mask = None if cache.memory_keep is None else key_mask(cache.memory_keep)  # (B, 1, 1, S)
-        for layer, layer_cache, memory in zip(self.layers, cache.layers, memories):
-            x = layer.forward_step(x, layer_cache, mask, memory, memory_mask)
         return self.final_norm(x)

@@ -25,7 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention import causal_padding_mask, checks_values, key_mask
-from .blocks import ACTIVATIONS, FFNS, StackCache, TransformerStack
+from .blocks import ACTIVATIONS, FFNS, TransformerStack
+from .cache import StackCache, new_stack_cache, stack_step
 from .norms import NORMS
 from .position import sinusoidal_encoding
 
@@ -219,13 +220,13 @@ class Seq2SeqTransformer(nn.Module):
     def decoder_cache(self, memory: Tensor, src_keep: Tensor) -> StackCache:
         """An empty key-value cache for ``decode_step``; the cross-attention keys and values of
         ``memory (B, S, D)`` (keep-mask ``(B, S)``) are projected here, once per source batch."""
-        return self.decoder.new_cache(memory, src_keep)
+        return new_stack_cache(self.decoder, memory, src_keep)
 
     def decode_step(self, tgt_new: Tensor, cache: StackCache) -> Tensor:
         """``decode`` for the newest target tokens ``tgt_new (B, L)`` only, after the t in
         ``cache``: the logits ``(B, L, V)`` equal ``decode(all t + L tokens)[:, -L:]``."""
         x = self.tgt_embed(tgt_new, start=len(cache))  # (B, L, D) at positions t..t+L-1
-        return self.output(self.decoder.forward_step(x, tgt_new != self.config.pad_id, cache))
+        return self.output(stack_step(self.decoder, x, tgt_new != self.config.pad_id, cache))
 
 
 # ------------------------------------------------------------------------ decoder-only
@@ -312,13 +313,13 @@ class GPT(nn.Module):
         mask, earlier positions see later ones and their keys change with every new token)."""
         if not self.config.causal:
             raise ValueError("a key-value cache needs causal=True, got causal=False")
-        return self.blocks.new_cache()
+        return new_stack_cache(self.blocks)
 
     def forward_step(self, tokens: Tensor, cache: StackCache) -> Tensor:
         """``forward`` for the newest tokens ``(B, L)`` only, after the t in ``cache``: the
         logits ``(B, L, V)`` equal ``forward(all t + L tokens)[:, -L:]``."""
         x = self.embed(tokens, start=len(cache))  # (B, L, D) at positions t..t+L-1
-        return self.output(self.blocks.forward_step(x, tokens != self.config.pad_id, cache))
+        return self.output(stack_step(self.blocks, x, tokens != self.config.pad_id, cache))
 
 
 def _zero_output_layers(stack: TransformerStack) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Sequence
 
 import torch
@@ -169,16 +170,14 @@ def translate(model: nn.Module, task: TranslationTask, sentences: Sequence[str],
     ``use_cache=False`` re-runs the decoder over the whole prefix at every step instead of using
     the key-value cache (same output, slower)."""
     device = next(model.parameters()).device
+    decode = greedy_decode if beam_size == 1 else partial(beam_search, beam_size=beam_size,
+                                                          length_penalty=length_penalty)
     out = []
     for start in range(0, len(sentences), batch_size):
         src, _ = pad_batch([task.source_ids(s) for s in sentences[start:start + batch_size]], device=device)
         max_len = min(src.shape[1] + extra_len, model.config.max_len - 1)
-        if beam_size == 1:
-            hyps, scores = greedy_decode(model, src, max_len, SOS, EOS, PAD, banned=banned,
-                                         use_cache=use_cache)
-        else:
-            hyps, scores = beam_search(model, src, max_len, SOS, EOS, PAD, beam_size, length_penalty,
-                                       banned=banned, use_cache=use_cache)
+        hyps, scores = decode(model, src, max_len, sos=SOS, eos=EOS, pad=PAD, banned=banned,
+                              use_cache=use_cache)
         out += [Translation(task.target_text(h), h, score) for h, score in zip(hyps, scores.tolist())]
     return out
 

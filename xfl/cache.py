@@ -1,0 +1,154 @@
+"""The key-value cache: incremental decoding, beside the models it speeds up (no chapter imports it:
+chapter 6 builds it from scratch and checks it against ``Seq2SeqTransformer.decoder_cache``).
+
+A decoding step needs, from the earlier positions, only each self-attention layer's keys and
+values: ``KVCache`` keeps them and appends the newest position's each step. Cross-attention's
+keys and values depend on the source alone, so they are projected once per source batch
+(``memory_cache``). ``StackCache`` holds one of each per layer, plus which cached positions are
+padding, and moves every row to its parent beam (``reorder``).
+
+The functions run the layers of ``xfl.attention``, ``xfl.blocks`` and ``xfl.model`` on the newest
+positions only; the models' ``decoder_cache``/``decode_step`` and ``new_cache``/``forward_step``
+call them. Each step equals the uncached pass on the whole prefix (``tests/test_kv_cache.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .attention import key_mask, newest_queries_mask
+
+
+@dataclass
+class KVCache:
+    """Keys and values ``(B, heads, t, d_head)`` of the t positions one attention layer has seen."""
+
+    keys: Tensor | None = None
+    values: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add ``k, v (B, heads, L, d_head)`` after the cached positions; return all the keys
+        and values, ``(B, heads, t + L, d_head)``."""
+        if self.keys is not None and k.shape[:2] != self.keys.shape[:2]:
+            raise ValueError(f"new keys {tuple(k.shape)} need the cached (B, heads) = "
+                             f"{tuple(self.keys.shape[:2])}")
+        self.keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
+        self.values = v if self.values is None else torch.cat([self.values, v], dim=2)
+        return self.keys, self.values
+
+    def reorder(self, rows: Tensor) -> None:
+        """Row i becomes the old row ``rows[i]`` (beam search's parent beams): ``rows (B',)`` long."""
+        if self.keys is not None:
+            self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
+
+
+@dataclass
+class StackCache:
+    """What incremental decoding keeps for a ``TransformerStack``.
+
+    ``layers``: each block's self-attention ``KVCache``; ``keep (B, t)``: which cached positions
+    hold real tokens (no query attends to padding, as in the uncached decoder); for a stack with
+    cross-attention, ``memory``: each block's keys and values of the encoder memory, projected
+    once, and ``memory_keep (B, S)``, the memory's keep-mask.
+    """
+
+    layers: list[KVCache]
+    keep: Tensor | None = None  # (B, t) bool
+    memory: list[KVCache] | None = None
+    memory_keep: Tensor | None = None  # (B, S) bool
+
+    def __len__(self) -> int:
+        return 0 if self.keep is None else self.keep.shape[1]
+
+    def bytes_per_token(self) -> float:
+        """Self-attention keys and values held per cached token and sequence, in bytes."""
+        if self.keep is None:
+            raise ValueError("the cache is empty: run forward_step first")
+        total = sum(c.keys.nbytes + c.values.nbytes for c in self.layers)
+        return total / self.keep.numel()
+
+    def extend(self, keep_new: Tensor) -> Tensor:
+        """Record the newest positions ``keep_new (B, L)``; return their self-attention mask
+        ``(B, 1, L, t + L)``: causal over the cache, padding masked."""
+        self.keep = keep_new if self.keep is None else torch.cat([self.keep, keep_new], dim=1)
+        return newest_queries_mask(self.keep, keep_new.shape[1])
+
+    def reorder(self, rows: Tensor) -> None:
+        """Row i continues the old row ``rows[i]`` (beam search's parent beams); ``rows`` long."""
+        for cache in self.layers + (self.memory or []):
+            cache.reorder(rows)
+        self.keep = None if self.keep is None else self.keep.index_select(0, rows)
+        if self.memory_keep is not None:
+            self.memory_keep = self.memory_keep.index_select(0, rows)
+
+
+# ------------------------------------------------------------------ one attention layer
+def self_attention_step(attn: nn.Module, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
+    """Self-attention of the newest positions ``query (B, L, D)`` over the cached ones and
+    themselves (``attn`` a ``MultiHeadAttention``); their keys and values are appended to
+    ``cache``. ``mask`` broadcasts to ``(B, heads, L, t + L)``. Returns ``(B, L, D)``."""
+    attn.check_inputs(query, None, None)
+    q, k, v = (attn.split_heads(x) for x in attn.project(query, None, None))  # (B, h|kv, L, d_h)
+    q, k = attn.position_heads(q, k, len(cache))
+    k, v = cache.append(k, v)  # (B, kv, t + L, d_h): only the kv heads are stored
+    return attn.attend(q, k, v, mask)
+
+
+def memory_cache(attn: nn.Module, memory: Tensor) -> KVCache:
+    """Cross-attention keys and values of ``memory (B, S, D)``, projected once per source batch."""
+    attn.check_inputs(memory, None, None)
+    k, v = (attn.split_heads(attn.project_one(memory, i)) for i in (1, 2))  # (B, kv, S, d_h)
+    return KVCache(k if attn.k_norm is None else attn.k_norm(k), v)
+
+
+def cross_attention_step(attn: nn.Module, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
+    """Cross-attention of ``query (B, L, D)`` over the keys and values of ``memory_cache``: the
+    same as ``attn(query, memory, memory, mask)``. Returns ``(B, L, D)``."""
+    attn.check_inputs(query, None, None)
+    q = attn.split_heads(attn.project_one(query, 0))  # (B, h, L, d_h)
+    q = q if attn.q_norm is None else attn.q_norm(q)
+    return attn.attend(q, cache.keys, cache.values, mask)
+
+
+# ------------------------------------------------------------------------ blocks, stacks
+def block_step(block: nn.Module, x: Tensor, cache: KVCache, mask: Tensor | None = None,
+               memory: KVCache | None = None, memory_mask: Tensor | None = None) -> Tensor:
+    """``TransformerBlock.forward`` for the newest positions ``x (B, L, D)`` only: self-attention
+    over ``cache``, cross-attention over ``memory`` (a ``memory_cache``). Returns ``(B, L, D)``."""
+    block.check_memory(memory)
+    x = block.residuals[0](x, lambda h: self_attention_step(block.self_attn, h, cache, mask))
+    if block.cross_attn is not None:
+        x = block.residuals[1](x, lambda h: cross_attention_step(block.cross_attn, h, memory, memory_mask))
+    return block.residuals[-1](x, block.ffn)
+
+
+def new_stack_cache(stack: nn.Module, memory: Tensor | None = None,
+                    memory_keep: Tensor | None = None) -> StackCache:
+    """An empty ``StackCache`` for ``stack_step``; a cross-attention stack needs the memory
+    ``(B, S, D)`` and its keep-mask ``(B, S)``, whose keys and values are projected here, once."""
+    if (memory is None) != (memory_keep is None):
+        raise ValueError("memory and memory_keep must be given together")
+    stack.layers[0].check_memory(memory)
+    cache = StackCache([KVCache() for _ in stack.layers])
+    if memory is not None:
+        cache.memory = [memory_cache(layer.cross_attn, memory) for layer in stack.layers]
+        cache.memory_keep = memory_keep
+    return cache
+
+
+def stack_step(stack: nn.Module, x: Tensor, keep: Tensor, cache: StackCache) -> Tensor:
+    """A ``TransformerStack`` on the newest positions ``x (B, L, D)`` after the t cached ones;
+    ``keep (B, L)`` is False where they are padding. Same rows as the stack on all t + L positions
+    under a causal padding mask; appends to ``cache``. Returns ``(B, L, D)``."""
+    mask = cache.extend(keep)  # (B, 1, L, t + L)
+    memories = cache.memory or [None] * len(stack.layers)
+    memory_mask = None if cache.memory_keep is None else key_mask(cache.memory_keep)  # (B, 1, 1, S)
+    for layer, layer_cache, memory in zip(stack.layers, cache.layers, memories):
+        x = block_step(layer, x, layer_cache, mask, memory, memory_mask)
+    return stack.final_norm(x)
