@@ -58,7 +58,7 @@ def trained_model(recipe: dict, seconds: float):
     seed_everything(0)
     task = prepare_task(load_pairs(), **recipe["task"])
     model = Seq2SeqTransformer(task.model_config(**recipe["model"]))
-    config = TrainConfig(steps=10**9, max_seconds=seconds, schedule="cosine", lr=recipe["lr"],
+    config = TrainConfig(steps=None, max_seconds=seconds, schedule="cosine", lr=recipe["lr"],
                          device="cpu", progress=False, log_every=50)
     state = train(model, partial(epoch_batches, task.train, recipe["batch_size"]), seq2seq_loss, config)
     return task, model.eval(), {"train_seconds": state.seconds, "steps": state.step,

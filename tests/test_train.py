@@ -444,7 +444,7 @@ def test_a_run_past_its_deadline_checkpoints_and_the_next_call_resumes(tmp_path,
 
 
 def test_warmup_counted_in_steps_then_cosine_on_the_clock():
-    config = TrainConfig(lr=1.0, schedule="cosine", steps=10**9, max_seconds=100.0, warmup_steps=4)
+    config = TrainConfig(lr=1.0, schedule="cosine", steps=None, max_seconds=100.0, warmup_steps=4)
     assert config.lr_at(0, 50.0) == pytest.approx(0.25 * 0.5)  # step 1 of 4, half-way on the clock
     assert config.lr_at(3, 0.0) == pytest.approx(1.0) and config.lr_at(9, 100.0) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="warmup_steps must be an int >= 0, got -1"):

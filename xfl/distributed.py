@@ -74,21 +74,20 @@ def shard(batches: Iterable, rank: int, world: int):
         yield group[rank]
 
 
-def mean_over_processes(value: Tensor, processes: Processes) -> Tensor:
-    """The mean of ``value`` over all processes (``value`` itself for one process)."""
-    if processes.world == 1:
-        return value
-    value = value.detach().clone()
-    dist.all_reduce(value)
-    return value / processes.world
-
-
 def sum_over_processes(value: Tensor, processes: Processes) -> Tensor:
+    """The sum of ``value`` over all processes (``value`` itself for one process)."""
     if processes.world == 1:
         return value
     value = value.detach().clone()
     dist.all_reduce(value)
     return value
+
+
+def mean_over_processes(value: Tensor, processes: Processes) -> Tensor:
+    """The mean of ``value`` over all processes (``value`` itself for one process)."""
+    if processes.world == 1:
+        return value
+    return sum_over_processes(value, processes) / processes.world
 
 
 def from_main(value: float, processes: Processes) -> float:

@@ -12,6 +12,11 @@ before the training clock starts and are reported apart (``compile_seconds``). C
 (``xfl.checkpoint``) resume a run exactly; under ``torchrun`` the same call trains with
 DistributedDataParallel (``xfl.distributed``).
 
+The file reads in that order: the losses, the schedules, the config, then **the loop**
+(``train``, one page: chapter 5's ``fit`` plus hooks) and one section per thing it adds: the
+step, a run's state (device, DDP, precision, resumption), the time budget and clock, logging
+and evaluation, compilation, checkpoints and runs over several calls, gradient diagnostics.
+
 - ``data(epoch)`` returns the batches of one epoch, the same ones every time it is called with
   the same epoch (``xfl.batches``), so that a resumed or distributed run sees exactly the
   batches an uninterrupted single-process run would. A batch is a tensor or a tuple of them.
@@ -36,6 +41,7 @@ import os
 import re
 import time
 from collections import OrderedDict
+from numbers import Integral
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Callable, Iterable
@@ -54,7 +60,7 @@ from .runtime import default_device, seed_everything
 from .timing import synchronize
 
 
-# ---------------------------------------------------------------------------- losses
+# ----------------------------------------------------------------------------------------- losses
 def seq2seq_loss(model: nn.Module, batch, *, label_smoothing: float = 0.0, pad_id: int = 0):
     """Teacher-forced loss of an encoder-decoder on ``batch = (src (B, S), tgt (B, L))``.
 
@@ -79,7 +85,7 @@ def lm_loss(model: nn.Module, tokens: Tensor, *, label_smoothing: float = 0.0, p
     return loss, (labels != pad_id).sum()
 
 
-# ------------------------------------------------------------------------- schedules
+# -------------------------------------------------------------------------------------- schedules
 def inverse_sqrt_factor(step: int, warmup: int) -> float:
     """Multiplier of the peak learning rate at optimizer step ``step`` (0-based).
 
@@ -109,12 +115,12 @@ def warmup_cosine(progress: float, warmup: float) -> float:
 SCHEDULES = ("inverse_sqrt", "cosine")
 
 
-# ---------------------------------------------------------------------------- config
+# ----------------------------------------------------------------------------------------- config
 @dataclass
 class TrainConfig:
     """Everything ``train`` needs besides the model, data and loss."""
 
-    steps: int = 1000  # stop after this many optimizer steps ...
+    steps: int | None = 1000  # stop after this many optimizer steps (None: no step limit) ...
     max_seconds: float | None = None  # ... or this much training time, whichever comes first
     lr: float = 5e-4  # peak learning rate
     schedule: str = "inverse_sqrt"  # or "cosine" (decays to 0 when steps or max_seconds run out)
@@ -138,6 +144,10 @@ class TrainConfig:
     device: str | None = None  # None = xfl.runtime.default_device()
 
     def __post_init__(self):
+        if self.steps is None and self.max_seconds is None:
+            raise ValueError("steps=None (no step limit) needs a time budget, max_seconds, got None")
+        if self.steps is not None and (not isinstance(self.steps, Integral) or self.steps < 0):
+            raise ValueError(f"steps must be None or an int >= 0, got {self.steps!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
@@ -145,7 +155,7 @@ class TrainConfig:
 
     def progress_at(self, step: int, seconds: float) -> float:
         """Fraction of the run done: by steps, or by the clock when ``max_seconds`` is set."""
-        done = step / self.steps
+        done = 0.0 if self.steps is None else step / self.steps
         return done if self.max_seconds is None else max(done, seconds / self.max_seconds)
 
     def lr_at(self, step: int, seconds: float) -> float:
@@ -173,41 +183,69 @@ class TrainState:
     evals: list = field(default_factory=list)  # dicts: step and what ``evaluate`` returned
 
 
-# ------------------------------------------------------------------ gradient norms
-_LAYER_NAME = re.compile(r"^(.*?layers\.\d+)\.")
+# --------------------------------------------------------------------------------------- the loop
+def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable, config: TrainConfig,
+          resume: bool = True, evaluate: Callable[[nn.Module], dict] | None = None,
+          on_log: Callable[[dict], None] | None = None, shapes: Iterable | None = None) -> TrainState:
+    """Train ``model`` until ``config.steps`` or ``config.max_seconds`` runs out; see the module
+    docstring for the arguments. With ``resume`` and a checkpoint at ``config.checkpoint_path``,
+    training continues from it exactly. ``shapes``: one example batch per input shape, compiled
+    before the clock starts (``precompile``). Chapter 5's ``fit`` is this loop's core."""
+    run = start(model, split_over_calls(config, model, resume), resume)  # device, DDP, precision, state
+    config, state = run.config, run.state
+    if shapes is not None and not finished(run):
+        precompile(run, loss_fn, shapes)
+    batches, bar = _batches_from(data, state, run.processes), progress_bar(run)
+    while not finished(run):  # out of steps, or out of time
+        stop_at_deadline(run)
+        state.epoch, index, batch = next(batches)
+        state.batch_in_epoch = index + 1  # where a resumed run goes on
+        began = time.perf_counter()
+        set_lr(run.optimizer, config.lr_at(state.step, state.seconds))
+        loss, n_targets, run.grad_norm = train_step(run.net, loss_fn, _to_device(batch, run.device),
+                                                    run.optimizer, run.scaler, run.precision, config.clip_norm)
+        run.loss_sum += loss.float()  # on the device: read only by a log line
+        run.target_sum += n_targets
+        run.window, state.step = run.window + 1, state.step + 1
+        advance_clock(run, began)
+        bar.update(1)
+        if run.every(config.log_every):
+            entry = log(run, on_log)
+            bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.2e}")
+        if run.every(config.grad_norm_every):
+            state.grad_norms.append((state.step, dict(layer_grad_norms(run.net))))
+        if evaluate is not None and run.every(config.eval_every):
+            evaluate_now(run, evaluate)
+        if config.checkpoint_path and run.every(config.checkpoint_every):
+            checkpoint(run)
+    bar.close()
+    finish(run, evaluate, on_log)
+    return state
 
 
-def layer_of(param_name: str) -> str:
-    """``'decoder.layers.2.ffn.0.weight' -> 'decoder.layers.2'``; parameters outside numbered
-    layers group by their first two module names (``'encoder.final_norm'``, ``'output'``)."""
-    match = _LAYER_NAME.match(param_name)
-    if match:
-        return match.group(1)
-    return ".".join(param_name.split(".")[:-1][:2]) or param_name
+# --------------------------------------------------------------------------------------- one step
+def train_step(model, loss_fn, batch, optimizer, scaler: torch.amp.GradScaler, precision: Precision,
+               clip_norm: float | None = 1.0):
+    """One optimizer step in ``precision`` (fp16 scales the loss with ``scaler``); returns (loss,
+    target count, gradient norm before clipping), the loss and norm as tensors (reading them
+    would wait for the GPU). A step whose fp16 gradients overflowed is skipped by the scaler."""
+    with precision.autocast(), trusted_inputs():  # no input checks: they would read back
+        loss, n_targets = loss_fn(model, batch)
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    max_norm = clip_norm if clip_norm is not None else float("inf")
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach(), n_targets, grad_norm
 
 
-def layer_grad_norms(model: nn.Module) -> "OrderedDict[str, float]":
-    """L2 norm of the gradient of each layer's parameters, in model order (one read-back)."""
-    squares: "OrderedDict[str, Tensor]" = OrderedDict()
-    for name, p in unwrap(model).named_parameters():
-        if p.grad is not None:
-            key = layer_of(name)
-            squares[key] = squares.get(key, 0.0) + p.grad.detach().float().pow(2).sum()
-    values = torch.stack(list(squares.values())).sqrt().tolist() if squares else []
-    return OrderedDict(zip(squares, values))
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
 
-def grad_norms_at_init(model: nn.Module, loss_fn: Callable, batch) -> "OrderedDict[str, float]":
-    """Per-layer gradient norms of ``loss_fn(model, batch)`` for the model as it is now."""
-    model.zero_grad(set_to_none=True)
-    loss, _ = loss_fn(model, batch)
-    loss.backward()
-    norms = layer_grad_norms(model)
-    model.zero_grad(set_to_none=True)
-    return norms
-
-
-# ------------------------------------------------------------------------ optimizer
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay for weight matrices only: not for biases and norms (1-D), nor for the names
     a model lists in ``no_weight_decay`` (position embeddings, a class token)."""
@@ -230,29 +268,6 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device |
     return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps, fused=fused)
 
 
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-
-
-# ---------------------------------------------------------------------- one step
-def train_step(model, loss_fn, batch, optimizer, scaler: torch.amp.GradScaler, precision: Precision,
-               clip_norm: float | None = 1.0):
-    """One optimizer step in ``precision`` (fp16 scales the loss with ``scaler``); returns (loss,
-    target count, gradient norm before clipping), the loss and norm as tensors (reading them
-    would wait for the GPU). A step whose fp16 gradients overflowed is skipped by the scaler."""
-    with precision.autocast(), trusted_inputs():  # no input checks: they would read back
-        loss, n_targets = loss_fn(model, batch)
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-    max_norm = clip_norm if clip_norm is not None else float("inf")
-    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach(), n_targets, grad_norm
-
-
 def _to_device(batch, device: torch.device):
     """Move a batch (a tensor or a tuple of them) to ``device`` without waiting for it."""
     if isinstance(batch, Tensor):
@@ -264,21 +279,7 @@ def _to_device(batch, device: torch.device):
     return batch
 
 
-def _batches_from(data: Callable[[int], Iterable], state: TrainState, processes: Processes):
-    """Yield (epoch, index, batch) forever, starting where ``state`` says."""
-    epoch, skip = state.epoch, state.batch_in_epoch
-    while True:
-        produced = False
-        for i, batch in enumerate(shard(data(epoch), processes.rank, processes.world)):
-            produced = True
-            if i >= skip:
-                yield epoch, i, batch
-        if not produced:
-            raise ValueError(f"data({epoch}) gave fewer than {processes.world} batches: nothing to train on")
-        epoch, skip = epoch + 1, 0
-
-
-# ----------------------------------------------------------------------- the run
+# -------------------------------- a run's state: device, DDP, precision, optimizer, resumed state
 @dataclass
 class Run:
     """Everything one call of ``train`` holds: what it trains and how, and how far it got."""
@@ -325,21 +326,30 @@ def start(model: nn.Module, config: TrainConfig, resume: bool) -> Run:
                deadline=deadline_from_env())
 
 
-def precompile(run: Run, loss_fn: Callable, batches: Iterable) -> None:
-    """Run ``loss_fn`` forward and backward on each of ``batches`` (one per input shape the data
-    will produce) with no optimizer step, so that a compiled model compiles every shape before
-    the training clock starts; gradients and random states are left as they were."""
-    began, saved = time.perf_counter(), rng_state()
-    for batch in batches:
-        with run.precision.autocast(), trusted_inputs():  # as in train_step: the same graphs
-            loss, _ = loss_fn(run.net, _to_device(batch, run.device))
-        run.scaler.scale(loss).backward()
-    run.optimizer.zero_grad(set_to_none=True)
-    set_rng_state(saved)
-    synchronize(run.device)
-    run.state.compile_seconds += time.perf_counter() - began
+def _batches_from(data: Callable[[int], Iterable], state: TrainState, processes: Processes):
+    """Yield (epoch, index, batch) forever, starting where ``state`` says."""
+    epoch, skip = state.epoch, state.batch_in_epoch
+    while True:
+        produced = False
+        for i, batch in enumerate(shard(data(epoch), processes.rank, processes.world)):
+            produced = True
+            if i >= skip:
+                yield epoch, i, batch
+        if not produced:
+            raise ValueError(f"data({epoch}) gave fewer than {processes.world} batches: nothing to train on")
+        epoch, skip = epoch + 1, 0
 
 
+def progress_bar(run: Run):
+    """A tqdm bar over the steps (rank 0 only, when the config asks for one)."""
+    from tqdm.auto import tqdm
+
+    total = run.config.steps if run.config.max_seconds is None else None
+    return tqdm(total=total, initial=run.state.step, desc="train", dynamic_ncols=True,
+                disable=not run.config.progress or not run.processes.is_main)
+
+
+# ------------------------------------------------------------- time budget and the training clock
 def finished(run: Run) -> bool:
     """Out of steps, or out of time. Under DDP with a time budget, rank 0's clock decides for
     all processes (one broadcast per step: the one read-back a step makes, and only there)."""
@@ -347,22 +357,14 @@ def finished(run: Run) -> bool:
     if run.clock_start is not None and config.max_seconds is not None:
         state.seconds = from_main(run.seconds_before + time.perf_counter() - run.clock_start, run.processes)
     out_of_time = config.max_seconds is not None and state.seconds >= config.max_seconds
-    return state.step >= config.steps or out_of_time
+    return (config.steps is not None and state.step >= config.steps) or out_of_time
 
 
-def step(run: Run, loss_fn: Callable, batch) -> None:
-    """One optimizer step at the scheduled learning rate; the first one of a run (compilation
-    included) is timed apart, and the training clock starts after it."""
-    first, began = run.clock_start is None, time.perf_counter()
-    set_lr(run.optimizer, run.config.lr_at(run.state.step, run.state.seconds))
-    loss, n_targets, run.grad_norm = train_step(run.net, loss_fn, _to_device(batch, run.device),
-                                                run.optimizer, run.scaler, run.precision,
-                                                run.config.clip_norm)
-    run.loss_sum += loss.float()
-    run.target_sum += n_targets
-    run.window += 1
-    run.state.step += 1
-    if first:
+def advance_clock(run: Run, began: float) -> None:
+    """After a step that began at ``began``: the first step of a run (compilation included) is
+    timed apart and starts the training clock; later steps advance ``state.seconds`` (with a
+    time budget, ``finished`` reads the clock instead, agreed over the processes)."""
+    if run.clock_start is None:
         synchronize(run.device)
         run.state.compile_seconds += time.perf_counter() - began
         run.clock_start = time.perf_counter()
@@ -378,6 +380,7 @@ def stop_clock(run: Run) -> None:
         run.state.seconds = run.seconds_before + time.perf_counter() - run.clock_start
 
 
+# ---------------------------------------------------------- logging, evaluation, the end of a run
 def count_targets(run: Run) -> None:
     """Add the targets counted on the device (every process's) to ``state.tokens``."""
     run.state.tokens += int(sum_over_processes(run.target_sum, run.processes))
@@ -413,6 +416,35 @@ def evaluate_now(run: Run, evaluate: Callable[[nn.Module], dict]) -> None:
         run.clock_start += took
 
 
+def finish(run: Run, evaluate: Callable[[nn.Module], dict] | None, on_log) -> None:
+    """The end of a run: the clock's last reading, then the last log line, evaluation and
+    checkpoint, each unless the last step already wrote it."""
+    stop_clock(run)
+    if run.window:
+        log(run, on_log)
+    if evaluate is not None and not run.every(run.config.eval_every):
+        evaluate_now(run, evaluate)
+    if run.config.checkpoint_path:
+        checkpoint(run)
+
+
+# ------------------------------------------------------------ compilation before the clock starts
+def precompile(run: Run, loss_fn: Callable, batches: Iterable) -> None:
+    """Run ``loss_fn`` forward and backward on each of ``batches`` (one per input shape the data
+    will produce) with no optimizer step, so that a compiled model compiles every shape before
+    the training clock starts; gradients and random states are left as they were."""
+    began, saved = time.perf_counter(), rng_state()
+    for batch in batches:
+        with run.precision.autocast(), trusted_inputs():  # as in train_step: the same graphs
+            loss, _ = loss_fn(run.net, _to_device(batch, run.device))
+        run.scaler.scale(loss).backward()
+    run.optimizer.zero_grad(set_to_none=True)
+    set_rng_state(saved)
+    synchronize(run.device)
+    run.state.compile_seconds += time.perf_counter() - began
+
+
+# ---------------------------------------------------- checkpoints, and one run over several calls
 def checkpoint(run: Run) -> None:
     """Save everything needed to resume (rank 0 writes; every process counts its targets)."""
     count_targets(run)
@@ -421,16 +453,6 @@ def checkpoint(run: Run) -> None:
                         asdict(run.state), asdict(run.config))
 
 
-def progress_bar(run: Run):
-    """A tqdm bar over the steps (rank 0 only, when the config asks for one)."""
-    from tqdm.auto import tqdm
-
-    total = run.config.steps if run.config.max_seconds is None else None
-    return tqdm(total=total, initial=run.state.step, desc="train", dynamic_ncols=True,
-                disable=not run.config.progress or not run.processes.is_main)
-
-
-# ---------------------------------------------------------- one run over several calls
 CHECKPOINT_DIR_ENV, DEADLINE_ENV = "XFL_CHECKPOINT_DIR", "XFL_DEADLINE"
 _runs_started = itertools.count()  # train() calls in this process, in order
 
@@ -471,40 +493,35 @@ def stop_at_deadline(run: Run) -> None:
                               f"{run.config.checkpoint_path}: run again to resume")
 
 
-# ------------------------------------------------------------------------ the loop
-def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable, config: TrainConfig,
-          resume: bool = True, evaluate: Callable[[nn.Module], dict] | None = None,
-          on_log: Callable[[dict], None] | None = None, shapes: Iterable | None = None) -> TrainState:
-    """Train ``model`` until ``config.steps`` or ``config.max_seconds`` runs out; see the module
-    docstring for the arguments. With ``resume`` and a checkpoint at ``config.checkpoint_path``,
-    training continues from it exactly. ``shapes``: one example batch per input shape, compiled
-    before the clock starts (``precompile``)."""
-    run = start(model, split_over_calls(config, model, resume), resume)
-    config = run.config
-    if shapes is not None and not finished(run):
-        precompile(run, loss_fn, shapes)
-    state, batches, bar = run.state, _batches_from(data, run.state, run.processes), progress_bar(run)
-    while not finished(run):
-        stop_at_deadline(run)
-        state.epoch, index, batch = next(batches)
-        state.batch_in_epoch = index + 1
-        step(run, loss_fn, batch)
-        bar.update(1)
-        if run.every(config.log_every):
-            entry = log(run, on_log)
-            bar.set_postfix(loss=f"{entry['loss']:.3f}", lr=f"{entry['lr']:.2e}")
-        if run.every(config.grad_norm_every):
-            state.grad_norms.append((state.step, dict(layer_grad_norms(run.net))))
-        if evaluate is not None and run.every(config.eval_every):
-            evaluate_now(run, evaluate)
-        if config.checkpoint_path and run.every(config.checkpoint_every):
-            checkpoint(run)
-    bar.close()
-    stop_clock(run)
-    if run.window:
-        log(run, on_log)
-    if evaluate is not None and not run.every(config.eval_every):
-        evaluate_now(run, evaluate)
-    if config.checkpoint_path:
-        checkpoint(run)
-    return state
+# ----------------------------------------------------------------------- per-layer gradient norms
+_LAYER_NAME = re.compile(r"^(.*?layers\.\d+)\.")
+
+
+def layer_of(param_name: str) -> str:
+    """``'decoder.layers.2.ffn.0.weight' -> 'decoder.layers.2'``; parameters outside numbered
+    layers group by their first two module names (``'encoder.final_norm'``, ``'output'``)."""
+    match = _LAYER_NAME.match(param_name)
+    if match:
+        return match.group(1)
+    return ".".join(param_name.split(".")[:-1][:2]) or param_name
+
+
+def layer_grad_norms(model: nn.Module) -> "OrderedDict[str, float]":
+    """L2 norm of the gradient of each layer's parameters, in model order (one read-back)."""
+    squares: "OrderedDict[str, Tensor]" = OrderedDict()
+    for name, p in unwrap(model).named_parameters():
+        if p.grad is not None:
+            key = layer_of(name)
+            squares[key] = squares.get(key, 0.0) + p.grad.detach().float().pow(2).sum()
+    values = torch.stack(list(squares.values())).sqrt().tolist() if squares else []
+    return OrderedDict(zip(squares, values))
+
+
+def grad_norms_at_init(model: nn.Module, loss_fn: Callable, batch) -> "OrderedDict[str, float]":
+    """Per-layer gradient norms of ``loss_fn(model, batch)`` for the model as it is now."""
+    model.zero_grad(set_to_none=True)
+    loss, _ = loss_fn(model, batch)
+    loss.backward()
+    norms = layer_grad_norms(model)
+    model.zero_grad(set_to_none=True)
+    return norms
