@@ -449,3 +449,13 @@ def test_warmup_counted_in_steps_then_cosine_on_the_clock():
     assert config.lr_at(3, 0.0) == pytest.approx(1.0) and config.lr_at(9, 100.0) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="warmup_steps must be an int >= 0, got -1"):
         TrainConfig(warmup_steps=-1)
+
+
+def test_no_step_limit_is_steps_none_and_needs_a_time_budget():
+    state = train(copy_model(), partial(epoch_batches, copy_pairs(64), 8), seq2seq_loss,
+                  TrainConfig(steps=None, max_seconds=0.3, log_every=1, progress=False, device="cpu"))
+    assert state.seconds >= 0.3 and state.step == len(state.history) >= 2  # stopped by the clock
+    with pytest.raises(ValueError, match=r"steps=None \(no step limit\) needs a time budget"):
+        TrainConfig(steps=None)
+    with pytest.raises(ValueError, match="steps must be None or an int >= 0, got 2.5"):
+        TrainConfig(steps=2.5)

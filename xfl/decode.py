@@ -63,15 +63,11 @@ def greedy_decode(model: nn.Module, src: Tensor, max_len: int, *, sos: int, eos:
 def beam_search(model: nn.Module, src: Tensor, max_len: int, *, sos: int, eos: int, pad: int = 0,
                 beam_size: int = 4, length_penalty: float = 0.0, banned: Sequence[int] = (),
                 use_cache: bool = True):
-    """Keep the ``beam_size`` best partial translations of every source sentence (batched).
-
-    Each step, every beam's score plus each next token's log-probability gives K·V candidates
-    per sentence; the K best become the beams, each continuing its parent's prefix (and cache
-    rows). A finished beam may only add PAD, at no cost. The search ranks by summed
-    log-probability; the final choice divides by ``length ** length_penalty`` (the length counts
-    EOS; 0 = the raw sum). PAD, SOS and ``banned`` are never chosen. Returns ``(hypotheses,
-    scores)`` like ``greedy_decode`` (scores are the unnormalised log-probabilities).
-    """
+    """Keep the ``beam_size`` = K best prefixes of every source sentence: each step, the K best of
+    the K·V candidates (a beam's score plus a next token's log-probability) continue their parent
+    beams' prefixes and cache rows; a finished beam only adds PAD, at no cost. The search ranks by
+    summed log-probability, the final choice by it over ``length ** length_penalty`` (EOS counted;
+    0 = the raw sum). Returns ``(hypotheses, scores)`` like ``greedy_decode`` (unnormalised)."""
     _check(model, src, max_len, sos, eos, pad, banned)
     if not _is_int(beam_size) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")

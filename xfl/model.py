@@ -217,6 +217,7 @@ class Seq2SeqTransformer(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.decode(tgt_in, self.encode(src), self.source_mask(src))
 
+    # incremental decoding: the layers run by xfl.cache on the newest tokens only
     def decoder_cache(self, memory: Tensor, src_keep: Tensor) -> StackCache:
         """An empty key-value cache for ``decode_step``; the cross-attention keys and values of
         ``memory (B, S, D)`` (keep-mask ``(B, S)``) are projected here, once per source batch."""
@@ -308,6 +309,7 @@ class GPT(nn.Module):
         x = self.blocks(self.embed(tokens), mask=mask, is_causal=fused)
         return self.output(x)  # (B, L, V)
 
+    # incremental decoding: the layers run by xfl.cache on the newest tokens only
     def new_cache(self) -> StackCache:
         """An empty key-value cache for ``forward_step`` (causal models only: without the causal
         mask, earlier positions see later ones and their keys change with every new token)."""
