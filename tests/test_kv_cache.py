@@ -10,7 +10,7 @@ from torch import nn
 
 from test_decode import EOS, PAD, SOS, random_model, sources
 from xfl.attention import MultiHeadAttention, causal_mask, causal_padding_mask, newest_queries_mask
-from xfl.cache import KVCache, cross_attention_step, memory_cache, self_attention_step
+from xfl.cache import KVCache, cross_attention_step, memory_cache, new_stack_cache, self_attention_step
 from xfl.decode import beam_search, greedy_decode, sample
 from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, TokenEmbedding
 
@@ -70,6 +70,19 @@ def test_token_embedding_at_a_start_position():
     assert torch.equal(embed(tokens[:, 2:], start=2), embed(tokens)[:, 2:])
     with pytest.raises(ValueError, match="sequence length 7 exceeds max_len=6"):
         embed(tokens, start=3)
+
+
+def test_a_stack_cache_refuses_a_memory_that_does_not_fit():
+    model, src = stopping_model(), sources()
+    memory, keep = model.encode(src), model.source_mask(src)
+    with pytest.raises(ValueError, match="memory and memory_keep must be given together"):
+        new_stack_cache(model.decoder, memory)
+    with pytest.raises(ValueError, match="memory must be given exactly when the block was built with cross=True"):
+        new_stack_cache(model.decoder)
+    with pytest.raises(ValueError, match="memory must be given exactly when the block was built with cross=True"):
+        new_stack_cache(model.encoder, memory, keep)
+    with pytest.raises(ValueError, match="the cache is empty"):
+        model.decoder_cache(memory, keep).bytes_per_token()
 
 
 def test_attention_step_by_step_equals_one_causal_pass():
