@@ -155,7 +155,8 @@ def test_recipe_builds_its_task_and_config(name):
     assert (task.mix_prob, task.label_smoothing) == (recipe.mix_prob, recipe.label_smoothing)
     assert task.augment.keywords == {"trivial": recipe.trivial_augment}
     config = recipe.train_config(task.steps_per_epoch, log_every=7)
-    assert config.steps == math.ceil(recipe.epochs * 10) and config.max_seconds == recipe.max_seconds
+    assert config.steps == (None if recipe.epochs is None else math.ceil(recipe.epochs * 10))
+    assert config.max_seconds == recipe.max_seconds and (config.steps or config.max_seconds)
     assert (config.lr, config.warmup_steps, config.weight_decay, config.log_every) == (
         recipe.lr, recipe.warmup_steps, recipe.weight_decay, 7)
     assert config.schedule == "cosine" and not config.progress
