@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from bench.report import device_name, write_results
+from xfl.batches import epoch_batches
 from xfl.data.tatoeba import load_pairs
 from xfl.data.text import EOS, PAD, SOS, UNK, pad_batch
 from xfl.decode import beam_search, greedy_decode
@@ -39,7 +40,7 @@ from xfl.model import Seq2SeqTransformer, count_parameters
 from xfl.runtime import seed_everything
 from xfl.timing import compare
 from xfl.train import TrainConfig, seq2seq_loss, train
-from xfl.translation import epoch_batches, prepare_task
+from xfl.translation import prepare_task
 
 RESULTS = Path(__file__).resolve().parent / "results" / "decode_cache.json"
 

@@ -15,7 +15,7 @@ description and parameter count, printed from it), training tokens per second, c
 seconds, wall time, device and the configuration; plus two CPU timings:
 
 - xfl's one-pass causal decoder vs the lecture's decoder, which re-runs the stack once per
-  target position (``xfl.lecture.lecture_decode``), at B=50, L=10, d=256 (goal: >= 4.5x faster);
+  target position (``xfl.n_pass.lecture_decode``), at B=50, L=10, d=256 (goal: >= 4.5x faster);
 - ``xfl.attention.MultiHeadAttention`` vs ``torch.nn.MultiheadAttention`` forward time
   (goal: <= 1.1x torch's time).
 
@@ -43,14 +43,14 @@ from torch import nn
 from bench.report import BestWeights, device_name, resume_path, write_results
 from xfl.attention import MultiHeadAttention
 from xfl.blocks import TransformerStack
-from xfl.batches import bucket, bucket_batches, bucketed
+from xfl.batches import bucket, bucket_batches, bucketed, epoch_batches
 from xfl.data.tatoeba import load_pairs
 from xfl.model import Seq2SeqTransformer, count_parameters
-from xfl.lecture import time_decoders
+from xfl.n_pass import time_decoders
 from xfl.timing import compare
 from xfl.runtime import default_device, seed_everything
 from xfl.train import TrainConfig, seq2seq_loss, train
-from xfl.translation import choose_decoding, epoch_batches, heldout_bleu, prepare_task
+from xfl.translation import choose_decoding, heldout_bleu, prepare_task
 
 RESULTS = Path(__file__).resolve().parent / "results" / "translate.json"
 TIMINGS = RESULTS.with_name("translate_timings.json")  # --timings-only: the CPU goals alone

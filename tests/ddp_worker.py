@@ -12,7 +12,7 @@ from functools import partial
 
 import torch
 
-from toy_tasks import copy_model, copy_pairs, epoch_batches, striped_task, tiny_vit
+from toy_tasks import copy_batches, copy_model, copy_pairs, striped_task, tiny_vit
 from xfl.train import TrainConfig, seq2seq_loss, train
 
 out_dir, per_process, task_name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -20,7 +20,7 @@ config = TrainConfig(steps=6, lr=3e-3, warmup=2, log_every=1, progress=False, de
                      checkpoint_path=os.path.join(out_dir, "ddp.pt"))
 if task_name == "copy":
     pairs = copy_pairs(64, seed=1, min_len=5, max_len=5)  # fixed length: equal tokens per process
-    model, data, loss = copy_model(dropout=0.0), partial(epoch_batches, pairs, per_process), seq2seq_loss
+    model, data, loss = copy_model(dropout=0.0), partial(copy_batches, pairs, per_process), seq2seq_loss
 else:
     model, task = tiny_vit(), striped_task(per_process)
     data, loss = task.batches, task.loss

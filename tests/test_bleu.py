@@ -8,8 +8,8 @@ import pytest
 from nltk.translate import bleu_score as nltk_bleu
 from sacrebleu.metrics import BLEU
 
-from xfl.bleu import (brevity_penalty, closest_ref_length, clipped_matches, corpus_bleu,
-                      corpus_statistics, modified_precision, ngram_counts, sentence_bleu)
+from xfl.bleu import (brevity_penalty, closest_ref_length, clipped_matches, corpus_bleu, corpus_statistics,
+                      modified_precision, ngram_counts, reference_streams, sacrebleu_score, sentence_bleu)
 
 CAT = "the cat is on the mat".split()
 THERE = "there is a cat on the mat".split()
@@ -149,3 +149,17 @@ def test_sentence_bleu_equals_nltk_sentence_bleu():
 def test_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_reference_streams_pad_with_none():
+    assert reference_streams([["a"], ["b", "c"]]) == [["a", "b"], [None, "c"]]
+
+
+def test_sacrebleu_score_uses_every_reference_and_ignores_case():
+    groups = [("Go now.", ["Ve ahora mismo a casa.", "Vete ahora mismo a casa."]),
+              ("Run!", ["¡Corre tan rápido como puedas!"])]
+    hypotheses = ["VETE AHORA MISMO A CASA.", "¡corre tan rápido como puedas!"]
+    score, signature = sacrebleu_score(hypotheses, groups)
+    assert score == pytest.approx(100.0) and "case:lc" in signature
+    first_only, _ = sacrebleu_score(hypotheses, [(en, refs[:1]) for en, refs in groups])
+    assert first_only < 100.0

@@ -1,12 +1,11 @@
-"""The text pipeline: normalization, tokens, vocabularies, length filter, split, batches."""
+"""The text pipeline: normalization, tokens, vocabularies, length filter, split, padding."""
 
 import pytest
 import torch
 
 from xfl.attention import padding_mask
-from xfl.data.text import (EOS, PAD, SOS, UNK, Batch, Vocab, detokenize, encode_pairs,
-                           filter_by_length, group_references, iterate_batches, normalize,
-                           pad_batch, split_by_english, tokenize)
+from xfl.data.text import (EOS, PAD, SOS, UNK, Vocab, detokenize, filter_by_length,
+                           group_references, normalize, pad_batch, split_by_english, tokenize)
 
 PAIRS = [
     ("Go.", "Ve."), ("Go.", "Vete."), ("Go.", "Vaya."),
@@ -120,21 +119,3 @@ def test_pad_batch_lengths_and_masks():
     assert torch.equal(mask, ids != PAD)
     with pytest.raises(ValueError):
         pad_batch([[2, 3], []])
-
-
-def test_iterate_batches_covers_all_pairs_once():
-    en_vocab = Vocab.build([tokenize(en) for en, _ in PAIRS], min_freq=1)
-    es_vocab = Vocab.build([tokenize(es) for _, es in PAIRS], min_freq=1)
-    encoded = encode_pairs(PAIRS, en_vocab, es_vocab)
-    batches = list(iterate_batches(encoded, batch_size=8, seed=0))
-    assert [b.src.shape[0] for b in batches] == [8] * 6 + [2]
-    seen = []
-    for batch in batches:
-        assert isinstance(batch, Batch)
-        assert torch.equal(batch.src_mask, batch.src != PAD)
-        assert torch.equal(batch.tgt_mask, batch.tgt != PAD)
-        assert batch.src_mask.shape == batch.src.shape
-        seen += [en_vocab.decode_text(row) for row in batch.src]
-    assert sorted(seen) == sorted(normalize(en) for en, _ in PAIRS)
-    again = list(iterate_batches(encoded, batch_size=8, seed=0))
-    assert all(torch.equal(a.src, b.src) for a, b in zip(batches, again))

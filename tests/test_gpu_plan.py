@@ -73,9 +73,9 @@ def test_a_notebook_stopped_at_the_deadline_resumes_in_the_next_call(tmp_path):
     notebook = tmp_path / "tiny.ipynb"
     code = ("import sys; sys.path.insert(0, {tests!r})\\n"
             "from functools import partial\\n"
-            "from toy_tasks import copy_model, copy_pairs, epoch_batches\\n"
+            "from toy_tasks import copy_batches, copy_model, copy_pairs\\n"
             "from xfl.train import TrainConfig, seq2seq_loss, train\\n"
-            "state = train(copy_model(), partial(epoch_batches, copy_pairs(32), 8), seq2seq_loss,\\n"
+            "state = train(copy_model(), partial(copy_batches, copy_pairs(32), 8), seq2seq_loss,\\n"
             "              TrainConfig(steps=8, log_every=4, progress=False, device='cpu'))\\n"
             "print('steps', state.step, [h['step'] for h in state.history])")
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(

@@ -6,7 +6,7 @@ from functools import partial
 import pytest
 import torch
 
-from toy_tasks import copy_model, copy_pairs, epoch_batches
+from toy_tasks import copy_batches, copy_model, copy_pairs
 from xfl.precision import PRECISION_ENV_VAR, choose_precision
 from xfl.train import TrainConfig, make_optimizer, seq2seq_loss, train, train_step
 
@@ -67,7 +67,7 @@ def fp16_step_setup(monkeypatch):
     model = copy_model(dropout=0.0)
     config = TrainConfig(lr=1e-3, warmup=0)
     optimizer = make_optimizer(model, config)
-    batch = next(epoch_batches(copy_pairs(16), 16, 0))
+    batch = next(copy_batches(copy_pairs(16), 16, 0))
     return precision, model, config, optimizer, batch
 
 
@@ -92,7 +92,7 @@ def test_a_t4_style_fp16_run_trains_without_overflow(monkeypatch):
     monkeypatch.setenv(PRECISION_ENV_VAR, "fp16")
     model = copy_model(dropout=0.0)
     config = TrainConfig(steps=60, lr=3e-3, warmup=6, log_every=10, progress=False, device="cpu")
-    state = train(model, partial(epoch_batches, copy_pairs(256, seed=1), 16), seq2seq_loss, config)
+    state = train(model, partial(copy_batches, copy_pairs(256, seed=1), 16), seq2seq_loss, config)
     losses = [h["loss"] for h in state.history]
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < 0.7 * losses[0], losses

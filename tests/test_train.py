@@ -16,7 +16,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from toy_tasks import PAD, SOS, EOS, copy_model, copy_pairs, epoch_batches, striped_task, tiny_vit
+from toy_tasks import copy_batches, copy_model, copy_pairs, striped_task, tiny_vit
+from xfl.data.text import EOS, PAD, SOS
 from xfl import train as T
 from xfl.checkpoint import LastWeights, load_checkpoint
 from xfl.decode import greedy_decode
@@ -37,7 +38,7 @@ def test_inverse_sqrt_schedule():
 
 def test_padding_carries_no_loss():
     model = copy_model(dropout=0.0).eval()
-    src, tgt = next(epoch_batches(copy_pairs(8), 8, 0))
+    src, tgt = next(copy_batches(copy_pairs(8), 8, 0))
     more_pad = torch.cat([tgt, torch.full((8, 3), PAD)], dim=1)
     loss_a, n_a = seq2seq_loss(model, (src, tgt), label_smoothing=0.1)
     loss_b, n_b = seq2seq_loss(model, (src, more_pad), label_smoothing=0.1)
@@ -51,7 +52,7 @@ def run(tmp_path, steps, name="ckpt.pt", loss=partial(seq2seq_loss, label_smooth
                          grad_norm_every=2, progress=False, device="cpu",
                          checkpoint_path=str(tmp_path / name), **overrides)
     model = copy_model(seed=overrides.get("seed", 0) + 5, dropout=0.1)  # dropout: RNG matters
-    return train(model, partial(epoch_batches, pairs, 8), loss, config), model
+    return train(model, partial(copy_batches, pairs, 8), loss, config), model
 
 
 def test_resumed_run_follows_the_uninterrupted_trajectory(tmp_path):
@@ -93,7 +94,7 @@ def test_training_learns_to_copy():
     pairs = copy_pairs(512, seed=3, max_len=5)
     model = copy_model(dropout=0.0, d_model=48)
     config = TrainConfig(steps=600, lr=3e-3, warmup=40, log_every=25, progress=False, device="cpu")
-    state = train(model, partial(epoch_batches, pairs, 32), seq2seq_loss, config)
+    state = train(model, partial(copy_batches, pairs, 32), seq2seq_loss, config)
     assert state.history[-1]["loss"] < 0.2 * state.history[0]["loss"]
     test = copy_pairs(32, seed=99, max_len=5)
     src = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s, _ in test], batch_first=True)
@@ -110,7 +111,7 @@ def free_port() -> int:
 
 def merged_batches(pairs, per_process, epoch):
     """What two processes see together at each step, as one batch (single-process reference)."""
-    batches = list(epoch_batches(pairs, per_process, epoch))
+    batches = list(copy_batches(pairs, per_process, epoch))
     for a, b in zip(batches[0::2], batches[1::2]):
         yield torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]])
 
@@ -209,7 +210,7 @@ def test_fp16_runs_resume_with_the_scaler_state(tmp_path, monkeypatch):
     """The second batch overflows, so the loss scale halves once; a resumed run must go on
     with the halved scale (a fresh scaler would start again at 2**16)."""
     monkeypatch.setenv("XFL_PRECISION", "fp16")
-    second = next(b for i, b in enumerate(epoch_batches(copy_pairs(40, seed=2), 8, 0)) if i == 1)
+    second = next(b for i, b in enumerate(copy_batches(copy_pairs(40, seed=2), 8, 0)) if i == 1)
 
     def overflow_on_the_second_batch(model, batch):
         loss, n = seq2seq_loss(model, batch, label_smoothing=0.1)
@@ -293,7 +294,7 @@ def vit_task():
 
 
 def copy_task():
-    return copy_model(), partial(epoch_batches, copy_pairs(64), 8), seq2seq_loss
+    return copy_model(), partial(copy_batches, copy_pairs(64), 8), seq2seq_loss
 
 
 @pytest.mark.parametrize("make", [vit_task, copy_task])
@@ -344,7 +345,7 @@ def test_evaluate_runs_in_eval_mode_outside_the_clock():
         seen.append(model.training)
         return {"n": len(seen)}
 
-    state = train(copy_model(), partial(epoch_batches, copy_pairs(64), 8), seq2seq_loss,
+    state = train(copy_model(), partial(copy_batches, copy_pairs(64), 8), seq2seq_loss,
                   TrainConfig(steps=6, eval_every=2, log_every=3, progress=False, device="cpu"),
                   evaluate=evaluate)
     assert [e["step"] for e in state.evals] == [2, 4, 6] and [e["n"] for e in state.evals] == [1, 2, 3]
@@ -392,9 +393,9 @@ def test_every_compilation_happens_before_the_clock_starts(monkeypatch, bucketin
     monkeypatch.setattr(T, "choose_precision", lambda device, amp=True: Precision("fp32", "cpu", compile=True))
     torch._dynamo.reset()
     pairs = copy_pairs(96, min_len=2, max_len=13)  # 2..13 words: 4..15 target tokens
-    data = partial(epoch_batches, pairs, 8)
+    data = partial(copy_batches, pairs, 8)
     if bucketing:
-        data = lambda epoch: bucketed(epoch_batches(pairs, 8, epoch), 8, multiple=8)  # noqa: E731
+        data = lambda epoch: bucketed(copy_batches(pairs, 8, epoch), 8, multiple=8)  # noqa: E731
     shapes = bucket_batches(8, longest=15, multiple=8) if bucketing else None
     config = TrainConfig(steps=12, lr=1e-3, warmup=2, log_every=100, progress=False, device="cpu")
     train(copy_model(), data, counted_loss, config, shapes=shapes)
@@ -411,7 +412,7 @@ def test_bucketed_batches_give_the_loss_of_the_unpadded_ones():
     from xfl.batches import bucketed
 
     model = copy_model(dropout=0.0).eval()
-    batches = list(epoch_batches(copy_pairs(24, max_len=9), 8, 0))
+    batches = list(copy_batches(copy_pairs(24, max_len=9), 8, 0))
     padded = list(bucketed(batches + [(batches[0][0][:3], batches[0][1][:3])], 8, multiple=8))
     assert len(padded) == 3  # the short batch is dropped
     for (src, tgt), (psrc, ptgt) in zip(batches, padded):
@@ -421,7 +422,7 @@ def test_bucketed_batches_give_the_loss_of_the_unpadded_ones():
 
 # ------------------------------------------------------------- one run over several calls
 def test_a_run_past_its_deadline_checkpoints_and_the_next_call_resumes(tmp_path, monkeypatch):
-    data = partial(epoch_batches, copy_pairs(64), 8)
+    data = partial(copy_batches, copy_pairs(64), 8)
     config = TrainConfig(steps=12, lr=1e-3, warmup=2, log_every=3, progress=False, device="cpu")
     straight = copy_model()
     train(straight, data, seq2seq_loss, config)

@@ -7,8 +7,7 @@ from xfl.data.text import EOS, PAD, SOS, UNK, clean, detokenize, normalize, spli
 from xfl.decode import greedy_decode, sequence_log_prob
 from xfl.model import Seq2SeqTransformer
 from xfl.checkpoint import LastWeights
-from xfl.translation import (choose_decoding, choose_weights, epoch_batches, heldout_bleu, prepare_task,
-                             reference_streams, translate)
+from xfl.translation import choose_decoding, choose_weights, heldout_bleu, prepare_task, translate
 
 WORDS = ["cat", "dog", "red", "big", "sees", "the", "a", "runs"]
 SPANISH = {"cat": "gato", "dog": "perro", "red": "rojo", "big": "grande", "sees": "ve",
@@ -40,20 +39,6 @@ def test_task_splits_by_english_and_keeps_all_references():
     for en, refs in task.test:  # every translation of a test sentence is a reference
         assert sorted(refs) == sorted(es for e, es in pairs if normalize(e) == normalize(en))
     assert max(len(s) for s, _ in task.train) <= 8 + 2  # training pairs fit, with SOS/EOS
-
-
-def test_epoch_batches_cover_every_pair_once_and_repeat_per_epoch():
-    encoded = [([2] + [5] * n + [3], [2] + [6] * (n % 4 + 1) + [3]) for n in range(1, 51)]
-    batches = list(epoch_batches(encoded, 8, epoch=0))
-    assert sum(len(s) for s, _ in batches) == 50
-    assert sorted(int((t != PAD).sum()) for _, t in batches for t in t) == sorted(len(t) for _, t in encoded)
-    again, other = list(epoch_batches(encoded, 8, epoch=0)), list(epoch_batches(encoded, 8, epoch=1))
-    assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, again))
-    assert not all(a[0].shape == b[0].shape and torch.equal(a[0], b[0]) for a, b in zip(batches, other))
-
-
-def test_reference_streams_pad_with_none():
-    assert reference_streams([["a"], ["b", "c"]]) == [["a", "b"], [None, "c"]]
 
 
 def test_translate_and_bleu_run_on_an_untrained_model():

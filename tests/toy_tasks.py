@@ -2,34 +2,27 @@
 
 import torch
 
-from xfl.batches import epoch_order
+from xfl.batches import epoch_batches
+from xfl.data.text import EOS, SOS
 from xfl.model import Seq2SeqConfig, Seq2SeqTransformer
 
-PAD, SOS, EOS, VOCAB = 0, 1, 2, 12
+VOCAB = 12
 
 
 def copy_pairs(n, seed=0, min_len=2, max_len=6):
-    """n (src, tgt) pairs: tgt is SOS + src + EOS; words are 3..VOCAB-1."""
+    """n (src, tgt) pairs: tgt is SOS + src + EOS (``xfl.data.text``'s ids); words are EOS+1..VOCAB-1."""
     g = torch.Generator().manual_seed(seed)
     pairs = []
     for _ in range(n):
         length = int(torch.randint(min_len, max_len + 1, (1,), generator=g))
-        words = torch.randint(3, VOCAB, (length,), generator=g).tolist()
+        words = torch.randint(EOS + 1, VOCAB, (length,), generator=g).tolist()
         pairs.append((words, [SOS] + words + [EOS]))
     return pairs
 
 
-def pad_rows(rows):
-    width = max(len(r) for r in rows)
-    return torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
-
-
-def epoch_batches(pairs, batch_size, epoch, seed=0):
-    """The batches of one epoch, in the order ``xfl.batches.epoch_order`` gives for (seed, epoch)."""
-    order = epoch_order(len(pairs), epoch, seed)
-    for i in range(0, len(pairs) - batch_size + 1, batch_size):
-        chunk = [pairs[j] for j in order[i:i + batch_size]]
-        yield pad_rows([s for s, _ in chunk]), pad_rows([t for _, t in chunk])
+def copy_batches(pairs, batch_size, epoch, seed=0):
+    """The full batches of one epoch of copy pairs, in ``xfl.batches.epoch_order`` (no length pools)."""
+    return epoch_batches(pairs, batch_size, epoch, seed, pool=None, drop_last=True)
 
 
 def copy_model(seed=0, dropout=0.1, norm_first=True, d_model=32):

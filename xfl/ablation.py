@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import causal_mask
-from .batches import epoch_order
+from .batches import epoch_rows
 from .data.tatoeba import load_pairs
 from .data.text import PAD, Vocab
 from .model import GPT, MODERN_OPTIONS, GPTConfig, count_parameters
@@ -63,8 +63,7 @@ def windows(stream: Tensor, length: int) -> Tensor:
 
 def window_batches(all_windows: Tensor, batch_size: int, epoch: int, seed: int = 0) -> list[Tensor]:
     """The batches ``(B, length + 1)`` of one epoch, shuffled by (seed, epoch) only."""
-    order = torch.tensor(epoch_order(len(all_windows), epoch, seed))
-    return [all_windows[order[k:k + batch_size]] for k in range(0, len(order), batch_size)]
+    return [all_windows[rows] for rows in epoch_rows(len(all_windows), batch_size, epoch, seed)]
 
 
 @torch.no_grad()

@@ -1,5 +1,10 @@
-"""The one seeded epoch order: which examples an epoch visits, and in what order (chapter 9; the
-other chapters that train get it through ``xfl.translation`` and ``xfl.vit_train``).
+"""The batches of an epoch, for every model the book trains: which examples each batch holds, in
+what order, padded how.
+
+``epoch_rows`` is the one recipe: a shuffled order, cut into batches (optionally sorted by length
+inside pools of batches, for little padding). The others serve it in the form each trainer reads:
+``index_batches`` (images on the device, ``xfl.vit_train``), ``padded_batches`` (token sequences,
+chapter 9), ``epoch_batches`` (translation pairs, chapters 5-6 and ``bench/translate.py``).
 
 The order is a function of ``(seed, epoch)`` alone, never of a global generator, so a resumed
 or distributed run sees exactly the batches an uninterrupted single-process run would.
@@ -10,11 +15,13 @@ a compiled model then compiles every shape before the training clock starts.
 from __future__ import annotations
 
 import random
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from .data.text import PAD, pad_batch
 
 
 def epoch_rng(epoch: int, seed: int = 0) -> random.Random:
@@ -34,14 +41,59 @@ def epoch_order(n: int, epoch: int, seed: int = 0) -> list[int]:
     return shuffled(range(n), epoch_rng(epoch, seed))
 
 
+def epoch_rows(n: int, batch_size: int, epoch: int, seed: int = 0, *, drop_last: bool = False,
+               length: Callable[[int], int] | None = None, pool: int = 50) -> list[list[int]]:
+    """The example indices of each batch of one epoch, the same for the same ``(seed, epoch)``.
+
+    Without ``length``: ``epoch_order`` cut into batches of ``batch_size``. With ``length``
+    (index -> tokens): the order is cut into pools of ``pool`` batches, each pool sorted by
+    ``length`` before it is cut (a batch then holds examples of similar length: little
+    padding), and the batches are shuffled again. ``drop_last`` drops a batch of fewer than
+    ``batch_size`` examples, so that every step has the same shape (good for ``torch.compile``)."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    rng = epoch_rng(epoch, seed)
+    order = shuffled(range(n), rng)
+    step = batch_size * (pool if length is not None else 1)
+    rows = []
+    for start in range(0, n, step):
+        chunk = order[start:start + step]
+        if length is not None:
+            chunk = sorted(chunk, key=length)
+        rows += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    if length is not None:
+        rows = shuffled(rows, rng)
+    return [r for r in rows if len(r) == batch_size] if drop_last else rows
+
+
 def index_batches(n: int, batch_size: int, epoch: int, seed: int = 0) -> list[Tensor]:
     """The shuffled index batches ``(B,)`` of one epoch, on the CPU (the training loop moves each
-    to the device without waiting); the last incomplete batch is dropped so every step has the
-    same shape (good for ``torch.compile``)."""
+    to the device without waiting); the last incomplete batch is dropped."""
     if not isinstance(batch_size, int) or not 1 <= batch_size <= n:
         raise ValueError(f"batch_size must be an int in [1, {n}], got {batch_size!r}")
-    whole = n // batch_size * batch_size
-    return list(torch.tensor(epoch_order(n, epoch, seed)[:whole]).split(batch_size))
+    return [torch.tensor(rows) for rows in epoch_rows(n, batch_size, epoch, seed, drop_last=True)]
+
+
+def padded_batches(sequences: Sequence[Sequence[int]], batch_size: int, epoch: int, seed: int = 0,
+                   pad_id: int = PAD) -> list[Tensor]:
+    """The batches ``(B, L)`` of one epoch of id ``sequences``, each padded with ``pad_id`` to its
+    longest sequence (a language model's data for ``xfl.train.train``)."""
+    return [pad_batch([sequences[i] for i in rows], pad_id)[0]
+            for rows in epoch_rows(len(sequences), batch_size, epoch, seed)]
+
+
+def epoch_batches(pairs: Sequence, batch_size: int, epoch: int, seed: int = 0, pool: int | None = 50,
+                  pad_id: int = PAD, drop_last: bool = False) -> Iterator[tuple[Tensor, Tensor]]:
+    """The batches ``(src (B, S), tgt (B, L))`` of one epoch of ``(src ids, tgt ids)`` pairs, the
+    same for the same epoch (a translation model's data for ``xfl.train.train``).
+
+    Pairs of similar target length share a batch (``epoch_rows`` with pools of ``pool``
+    batches); ``pool=None`` keeps the plain shuffled order."""
+    length = (lambda i: len(pairs[i][1])) if pool is not None else None
+    for rows in epoch_rows(len(pairs), batch_size, epoch, seed, drop_last=drop_last, length=length,
+                           pool=pool or 1):
+        yield (pad_batch([pairs[i][0] for i in rows], pad_id)[0],
+               pad_batch([pairs[i][1] for i in rows], pad_id)[0])
 
 
 # ------------------------------------------------------------- fixed shapes for compiling

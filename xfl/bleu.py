@@ -1,4 +1,5 @@
-"""BLEU from scratch (chapter 6), as defined by Papineni et al. (2002).
+"""BLEU, the one home: from scratch (chapter 6), as defined by Papineni et al. (2002), and the
+sacreBLEU score the book reports (``sacrebleu_score``, multi-reference, case-insensitive).
 
 BLEU = BP · exp(Σ_n w_n log p_n), where p_n is the *modified* (clipped) n-gram precision
 summed over the whole corpus and BP the brevity penalty. Inputs are already tokenized:
@@ -155,3 +156,20 @@ def corpus_bleu(hypotheses, references, max_n: int = 4, weights=None) -> float:
 def sentence_bleu(hypothesis, references, max_n: int = 4, weights=None) -> float:
     """BLEU of one hypothesis (a token list) against its references (a list of token lists)."""
     return corpus_bleu([hypothesis], [references], max_n, weights)
+
+
+# ------------------------------------------------------------ sacreBLEU, as reported
+def reference_streams(references: Sequence[Sequence[str]]) -> list[list[str | None]]:
+    """Per-sentence reference lists -> sacreBLEU's streams (None where a sentence has fewer)."""
+    most = max(len(r) for r in references)
+    return [[r[i] if i < len(r) else None for r in references] for i in range(most)]
+
+
+def sacrebleu_score(hypotheses: Sequence[str], groups: Sequence[tuple[str, Sequence[str]]]) -> tuple[float, str]:
+    """Multi-reference, case-insensitive sacreBLEU of detokenized ``hypotheses`` against the raw
+    references of ``groups`` (``[(english, [spanish, ...])]``); returns (score, signature)."""
+    import sacrebleu
+
+    metric = sacrebleu.metrics.BLEU(lowercase=True)
+    score = metric.corpus_score(list(hypotheses), reference_streams([refs for _, refs in groups]))
+    return score.score, str(metric.get_signature())

@@ -2,12 +2,12 @@
 
 ``prepare_task`` splits sentence pairs into training, validation and test sentences and
 tokenizes them: lower-cased words (one vocabulary per language) or joint byte-pair subwords
-(one vocabulary, shared embeddings); ``epoch_batches`` feeds ``xfl.train.train``;
-``translate`` decodes autoregressively (greedy or beam search, with a length penalty, never
-writing ``<unk>``) and returns each translation with its log-probability; ``sacrebleu_score``
-and ``heldout_bleu`` score with sacreBLEU against every reference (case-insensitive, since the
-word pipeline lower-cases); ``choose_decoding`` picks beam size and length penalty on the
-validation split, ``choose_weights`` the final or the averaged last weights.
+(one vocabulary, shared embeddings); ``xfl.batches.epoch_batches`` batches its pairs for
+``xfl.train.train``. ``translate`` decodes autoregressively (greedy or beam search, with a length
+penalty, never writing ``<unk>``) and returns each translation with its log-probability;
+``heldout_bleu`` scores with sacreBLEU (``xfl.bleu.sacrebleu_score``) against every reference
+(case-insensitive, since the word pipeline lower-cases); ``choose_decoding`` picks beam size and
+length penalty on the validation split, ``choose_weights`` the final or the averaged last weights.
 Sentence pairs from www.manythings.org/anki and tatoeba.org (CC-BY 2.0 FR)."""
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Sequence
 
-import torch
 from torch import nn
 
-from .batches import epoch_rng, shuffled
 from .bpe import BPE, train_bpe
+from .bleu import sacrebleu_score
 from .checkpoint import LastWeights
 from .data.text import (EOS, PAD, SOS, SPECIALS, UNK, Vocab, clean, detokenize, encode_pairs, filter_by_length,
                         group_references, pad_batch, split_by_english, tokenize)
@@ -133,24 +132,6 @@ def _subword_task(train_pairs, held_out, num_merges: int) -> TranslationTask:
     return TranslationTask(vocab, vocab, train, *held_out, longest, tokenizer)
 
 
-def epoch_batches(encoded: Sequence, batch_size: int, epoch: int, seed: int = 0, pool: int = 50):
-    """The batches ``(src (B, S), tgt (B, L))`` of one epoch, the same for the same epoch.
-
-    Pairs are shuffled, then sorted by length inside pools of ``pool`` batches so that a batch
-    holds sentences of similar length (little padding); the batch order is shuffled again.
-    """
-    rng = epoch_rng(epoch, seed)
-    order = shuffled(range(len(encoded)), rng)
-    batches = []
-    for start in range(0, len(order), batch_size * pool):
-        chunk = sorted(order[start:start + batch_size * pool], key=lambda i: len(encoded[i][1]))
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
-    for rows in shuffled(batches, rng):
-        src, _ = pad_batch([encoded[i][0] for i in rows])
-        tgt, _ = pad_batch([encoded[i][1] for i in rows])
-        yield src, tgt
-
-
 @dataclass
 class Translation:
     """One decoded sentence: detokenized (lower-case) text, token ids, and the model's summed
@@ -180,22 +161,6 @@ def translate(model: nn.Module, task: TranslationTask, sentences: Sequence[str],
                               use_cache=use_cache)
         out += [Translation(task.target_text(h), h, score) for h, score in zip(hyps, scores.tolist())]
     return out
-
-
-def reference_streams(references: Sequence[Sequence[str]]) -> list[list[str | None]]:
-    """Per-sentence reference lists -> sacreBLEU's streams (None where a sentence has fewer)."""
-    most = max(len(r) for r in references)
-    return [[r[i] if i < len(r) else None for r in references] for i in range(most)]
-
-
-def sacrebleu_score(hypotheses: Sequence[str], groups: Sequence[tuple[str, Sequence[str]]]) -> tuple[float, str]:
-    """Multi-reference, case-insensitive sacreBLEU of detokenized ``hypotheses`` against the raw
-    references of ``groups`` (``[(english, [spanish, ...])]``); returns (score, signature)."""
-    import sacrebleu
-
-    metric = sacrebleu.metrics.BLEU(lowercase=True)
-    score = metric.corpus_score(list(hypotheses), reference_streams([refs for _, refs in groups]))
-    return score.score, str(metric.get_signature())
 
 
 def heldout_bleu(model: nn.Module, task: TranslationTask, beam_size: int = 4, limit: int | None = None,

@@ -1,4 +1,4 @@
-"""Text pipeline for the translation chapters: normalize, tokenize, vocabularies, splits, batches.
+"""Text pipeline for the translation chapters: normalize, tokenize, vocabularies, splits, padding.
 
 Public API
 ----------
@@ -10,7 +10,7 @@ Public API
 ``filter_by_length(pairs, max_len)``   keep pairs with 1..max_len tokens on both sides.
 ``split_by_english(pairs, ...)``       seeded train/valid/test split by English sentence.
 ``group_references(pairs)``    ``[(english, [all its Spanish translations]), ...]`` for BLEU.
-``encode_pairs``, ``pad_batch``, ``Batch``, ``iterate_batches``   ids, padding, lengths, masks.
+``encode_pairs``, ``pad_batch``   ids, padding and lengths (the batches of an epoch: ``xfl.batches``).
 
 Empty text: ``tokenize`` returns ``[]``, ``filter_by_length`` drops such pairs (they have fewer
 than one token), ``load_pairs`` never returns them, and ``Vocab.encode`` refuses an empty
@@ -25,13 +25,10 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 import torch
 from torch import Tensor
-
-from xfl.attention import padding_mask
-from xfl.batches import epoch_order
 
 PAD, UNK, SOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<sos>", "<eos>")
@@ -203,41 +200,8 @@ def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int = PAD,
     """``B`` id lists -> ids ``(B, L)`` (padded with ``pad_id``, L = longest) and lengths ``(B,)``."""
     if len(sequences) == 0 or any(len(s) == 0 for s in sequences):
         raise ValueError("pad_batch needs at least one sequence and no empty sequences")
-    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
-    ids = torch.full((len(sequences), int(lengths.max())), pad_id, dtype=torch.long)
+    lengths = [len(s) for s in sequences]  # Python ints: no tensor is read back
+    ids = torch.full((len(sequences), max(lengths)), pad_id, dtype=torch.long)
     for row, seq in enumerate(sequences):
         ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-    return ids.to(device), lengths.to(device)
-
-
-@dataclass
-class Batch:
-    """A padded batch: ``src (B, Ls)``, ``tgt (B, Lt)`` and their lengths ``(B,)``."""
-
-    src: Tensor
-    src_lengths: Tensor
-    tgt: Tensor
-    tgt_lengths: Tensor
-
-    @property
-    def src_mask(self) -> Tensor:
-        """``(B, Ls)`` bool, True on real source tokens."""
-        return padding_mask(self.src_lengths, self.src.shape[1])
-
-    @property
-    def tgt_mask(self) -> Tensor:
-        """``(B, Lt)`` bool, True on real target tokens."""
-        return padding_mask(self.tgt_lengths, self.tgt.shape[1])
-
-
-def iterate_batches(encoded: Sequence[tuple[list[int], list[int]]], batch_size: int, *,
-                    shuffle: bool = True, epoch: int = 0, seed: int = 0, device=None) -> Iterator[Batch]:
-    """Padded ``Batch`` es of ``encoded`` pairs, in ``xfl.batches.epoch_order`` when ``shuffle``."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    order = epoch_order(len(encoded), epoch, seed) if shuffle else list(range(len(encoded)))
-    for start in range(0, len(order), batch_size):
-        chunk = [encoded[i] for i in order[start:start + batch_size]]
-        src, src_lengths = pad_batch([s for s, _ in chunk], device=device)
-        tgt, tgt_lengths = pad_batch([t for _, t in chunk], device=device)
-        yield Batch(src, src_lengths, tgt, tgt_lengths)
+    return ids.to(device), torch.tensor(lengths, dtype=torch.long, device=device)

@@ -1,10 +1,10 @@
-"""xfl.lecture: the lecture's N-pass decoders against one causal pass; timing both."""
+"""xfl.n_pass: the lecture's N-pass decoders against one causal pass; timing both."""
 
 import pytest
 import torch
 
 from xfl.blocks import TransformerStack
-from xfl.lecture import causal_decode, lecture_decode, n_pass_decode, time_decoders, zero_future_rows
+from xfl.n_pass import causal_decode, lecture_decode, n_pass_decode, time_decoders, zero_future_rows
 
 
 def make_stack(norm_first, cross):
