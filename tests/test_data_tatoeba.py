@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from xfl.data.tatoeba import load_pairs, read_pairs_from_zip
-from xfl.data.text import (Vocab, filter_by_length, group_references, normalize,
+from xfl.data.text import (Vocab, filter_by_length, group_references, normalize_text,
                            split_by_english, tokenize)
 
 LINES = "Go.\tVe.\tCC-BY 2.0 (France) Attribution: tatoeba.org\nGo.\tVete.\n\tvacío\nsolo\n¿Qué?\t\n"
@@ -59,7 +59,7 @@ def pairs():
 
 def test_real_counts(pairs):
     assert len(pairs) == 118_964
-    assert len({normalize(en) for en, _ in pairs}) == 102_902
+    assert len({normalize_text(en) for en, _ in pairs}) == 102_902
     assert pairs[0] == ("Go.", "Ve.")
     assert all(en and es for en, es in pairs)
     assert any("¿" in es for _, es in pairs) and any("ñ" in es for _, es in pairs)
@@ -71,10 +71,10 @@ def test_real_split_vocab_and_length_counts(pairs):
     assert (len(split.train), len(split.test)) == (107_105, 11_859)
     test_groups = group_references(split.test)
     assert len(test_groups) == 10_290
-    train_english = {normalize(en) for en, _ in split.train}
-    assert not train_english & {normalize(en) for en, _ in split.test}
-    all_refs = {normalize(en): len(refs) for en, refs in group_references(pairs)}
-    assert all(len(refs) == all_refs[normalize(en)] for en, refs in test_groups)
+    train_english = {normalize_text(en) for en, _ in split.train}
+    assert not train_english & {normalize_text(en) for en, _ in split.test}
+    all_refs = {normalize_text(en): len(refs) for en, refs in group_references(pairs)}
+    assert all(len(refs) == all_refs[normalize_text(en)] for en, refs in test_groups)
     assert max(len(refs) for _, refs in test_groups) > 5  # some sentences have many references
     tokens = [(tokenize(en), tokenize(es)) for en, es in split.train]  # tokenize once
     en_vocab = Vocab.build((en for en, _ in tokens), min_freq=2)

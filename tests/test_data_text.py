@@ -5,7 +5,7 @@ import torch
 
 from xfl.attention import padding_mask
 from xfl.data.text import (EOS, PAD, SOS, UNK, Vocab, detokenize, filter_by_length,
-                           group_references, normalize, pad_batch, split_by_english, tokenize)
+                           group_references, normalize_text, pad_batch, split_by_english, tokenize)
 
 PAIRS = [
     ("Go.", "Ve."), ("Go.", "Vete."), ("Go.", "Vaya."),
@@ -16,11 +16,11 @@ PAIRS = [
 
 
 def test_normalize_keeps_accents_and_inverted_marks():
-    assert normalize("  ¿QUIÉN   eres? ") == "¿quién eres?"
-    assert normalize("¡Órale, NIÑO!") == "¡órale, niño!"
+    assert normalize_text("  ¿QUIÉN   eres? ") == "¿quién eres?"
+    assert normalize_text("¡Órale, NIÑO!") == "¡órale, niño!"
     decomposed = "Que\u0301"  # e + combining acute -> one precomposed é (NFC)
-    assert normalize(decomposed) == "qué" and len(normalize(decomposed)) == 3
-    assert normalize("a\u200bb\u00a0c\u200dd") == "a b cd"  # zero-width space, nbsp, joiner
+    assert normalize_text(decomposed) == "qué" and len(normalize_text(decomposed)) == 3
+    assert normalize_text("a\u200bb\u00a0c\u200dd") == "a b cd"  # zero-width space, nbsp, joiner
 
 
 def test_tokenize_splits_punctuation_keeps_contractions():
@@ -34,7 +34,7 @@ def test_tokenize_splits_punctuation_keeps_contractions():
                                   "Tom is twenty-one.", "¡Órale!", "Dijo: «Hola»."])
 def test_detokenize_round_trips(text):
     tokens = tokenize(text)
-    assert detokenize(tokens) == normalize(text)
+    assert detokenize(tokens) == normalize_text(text)
     assert tokenize(detokenize(tokens)) == tokens
 
 
@@ -64,7 +64,7 @@ def test_encode_decode_round_trip_and_unk():
         ids = vocab.encode_text(es)
         assert ids[0] == SOS and ids[-1] == EOS and UNK not in ids
         assert vocab.decode(ids) == tokenize(es)
-        assert vocab.decode_text(ids) == normalize(es)
+        assert vocab.decode_text(ids) == normalize_text(es)
     ids = vocab.encode(["frase", "desconocidísima", "."])
     assert ids == [SOS, vocab.stoi["frase"], UNK, vocab.stoi["."], EOS]
     assert vocab.decode(ids) == ["frase", "<unk>", "."]
@@ -84,12 +84,12 @@ def test_length_filter_drops_over_long_sentences():
 
 def test_split_is_disjoint_by_english_and_keeps_all_references():
     split = split_by_english(PAIRS, test_fraction=0.2, seed=3)
-    parts = {name: {normalize(en) for en, _ in getattr(split, name)} for name in ("train", "test")}
+    parts = {name: {normalize_text(en) for en, _ in getattr(split, name)} for name in ("train", "test")}
     assert not parts["train"] & parts["test"]
     assert sorted(split.train + split.test) == sorted(PAIRS)
-    everything = dict((normalize(en), sorted(refs)) for en, refs in group_references(PAIRS))
+    everything = dict((normalize_text(en), sorted(refs)) for en, refs in group_references(PAIRS))
     for en, refs in group_references(split.test):
-        assert sorted(refs) == everything[normalize(en)]  # every translation kept
+        assert sorted(refs) == everything[normalize_text(en)]  # every translation kept
     n_english = len(everything)
     assert len(parts["test"]) == round(0.2 * n_english)
 

@@ -8,7 +8,7 @@
    none. A module without such a parenthetical makes no claim. "Import" means a line
    ``from xfl.<module> import ...``, ``import xfl.<module>`` or ``from xfl[.<package>] import
    <module>`` in a chapter's folder (its page and its exercises); a chapter's number is its
-   folder's (``ch07_vit`` is 7, ``ch00_data`` 0, ``ch045_subwords`` 4.5).
+   folder's (``ch07_vit`` is 7, ``ch00_data`` 0, ``ch04b_subwords`` 4.5: the page between 4 and 5).
 
 2. A chapter page does not define a function or class that the library already has (a public
    top-level name of an ``xfl`` module), unless building it from scratch is the lesson: then
@@ -38,8 +38,9 @@ def module_names() -> list[str]:
 
 
 def chapter_number(folder: str) -> float:
-    digits = re.match(r"ch(\d+)", folder).group(1)
-    return int(digits) if len(digits) <= 2 else float(f"{digits[:-1]}.{digits[-1]}")
+    """``ch07_vit`` -> 7; ``ch04b_subwords`` -> 4.5 (a ``b`` page sits between its chapter and the next)."""
+    digits, between = re.match(r"ch(\d+)(b?)_", folder).groups()
+    return int(digits) + (0.5 if between else 0)
 
 
 def parse_claim(paragraph: str) -> set[int] | None:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from xfl.data.text import EOS, PAD, SOS, UNK, clean, detokenize, normalize, split_by_english, tokenize
+from xfl.data.text import EOS, PAD, SOS, UNK, clean, detokenize, normalize_text, split_by_english, tokenize
 from xfl.decode import greedy_decode, sequence_log_prob
 from xfl.model import Seq2SeqTransformer
 from xfl.checkpoint import LastWeights
@@ -34,10 +34,10 @@ def test_task_splits_by_english_and_keeps_all_references():
     train_english = {tuple(s) for s, _ in task.train}
     test_english = {tuple(task.src_vocab.encode_text(en)) for en, _ in task.test}
     assert not train_english & test_english  # nothing held out was trained on
-    references = {normalize(en): refs for en, refs in task.test}
-    assert {"otra traducción.", long_reference} <= set(references[normalize(held_out)])
+    references = {normalize_text(en): refs for en, refs in task.test}
+    assert {"otra traducción.", long_reference} <= set(references[normalize_text(held_out)])
     for en, refs in task.test:  # every translation of a test sentence is a reference
-        assert sorted(refs) == sorted(es for e, es in pairs if normalize(e) == normalize(en))
+        assert sorted(refs) == sorted(es for e, es in pairs if normalize_text(e) == normalize_text(en))
     assert max(len(s) for s, _ in task.train) <= 8 + 2  # training pairs fit, with SOS/EOS
 
 
@@ -83,7 +83,7 @@ def test_validation_test_and_training_english_never_overlap(subwords):
     task = prepare_task(made_up_pairs(600), test_fraction=0.1, valid_fraction=0.1, min_freq=1,
                         subwords=subwords)
     train_english = {tuple(s) for s, _ in task.train}
-    valid, test = ({normalize(en) for en, _ in part} for part in (task.valid, task.test))
+    valid, test = ({normalize_text(en) for en, _ in part} for part in (task.valid, task.test))
     assert valid and test and not valid & test
     for part in (task.valid, task.test):
         assert not train_english & {tuple(task.source_ids(en)) for en, _ in part}

@@ -101,7 +101,7 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
         "q4": {"explicit_peak_bytes": [None, "xfl.tiled_attention.explicit_attention_bytes"],
                "longest_sequence": [None, "xfl.tiled_attention.explicit_attention_bytes"]},
     },
-    "ch045_subwords": {  # questions 2 to 4 ask for more than xfl.bpe returns
+    "ch04b_subwords": {  # questions 2 to 4 ask for more than xfl.bpe returns
         "q1": {"count_pairs": [
             "lambda corpus: dict(sum((collections.Counter({p: c * n for p, c in xfl.bpe.pairs_of(s).items()}) "
             "for s, n in corpus.items()), collections.Counter()))", "xfl.bpe.pairs_of"]},

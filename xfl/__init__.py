@@ -11,7 +11,7 @@ Each module holds one idea and links back to the chapter that builds it:
 - ``checkpoint``: checkpoints that resume exactly and cannot run code (chapters 5, 6)
 - ``distributed``: DistributedDataParallel plumbing for the loop (no chapter imports it)
 - ``batches``: the batches of an epoch, for images, token sequences and translation pairs (chapters 5-7, 9)
-- ``modes``: ``eval_mode``, evaluation mode restored afterwards (used by ``decode``, ``vit_train``, ``train``)
+- ``inference``: ``eval_mode``, evaluation mode without gradients, restored afterwards (used by ``decode``, ``vit_train``, ``train``)
 - ``decode``: greedy, beam search, sampling (chapter 9; chapter 6 through ``translation``)
 - ``cache``: the key-value cache of incremental decoding, beside the models (built in chapter 6)
 - ``translation``: the Tatoeba English-Spanish task and held-out BLEU (chapters 5, 6)

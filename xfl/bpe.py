@@ -1,5 +1,5 @@
 """Byte-pair encoding (Sennrich, Haddow and Birch, 2016), built in the chapter "Words,
-characters, subwords" (chapters/ch045_subwords/subwords.md).
+characters, subwords" (chapters/ch04b_subwords/subwords.md).
 
 Public API
 ----------
@@ -47,7 +47,7 @@ from xfl.files import write_text_atomic
 SPACE = "\u2581"  # "▁": a single space came before this word
 END = "</w>"  # glued to a word's last symbol
 FORMAT, VERSION = "xfl-bpe", 1
-Pair = tuple[str, str]
+SymbolPair = tuple[str, str]  # two adjacent symbols of a word
 
 # With every space already turned into ▁: an optional ▁, then a word (xfl.data.text's pattern)
 # or one other character; a ▁ or whitespace character not taken that way is a piece of its own.
@@ -70,7 +70,7 @@ def word_symbols(word: str) -> tuple[str, ...]:
     return (*word[:-1], word[-1] + END)
 
 
-def merge_symbols(symbols: Sequence[str], pair: Pair) -> list[str]:
+def merge_symbols(symbols: Sequence[str], pair: SymbolPair) -> list[str]:
     """Join every occurrence of ``pair``, left to right, without overlap:
     ``(a, a, a), (a, a) -> [aa, a]``."""
     out, i = [], 0
@@ -119,7 +119,7 @@ class _PairStats:
             self.count[pair] += n * self.freqs[i]
             self.where[pair].add(i)
 
-    def best(self) -> tuple[Pair | None, int]:
+    def best(self) -> tuple[SymbolPair | None, int]:
         """The most frequent pair (largest on ties) and its count; ``(None, 0)`` if none."""
         while self.heap:
             n, pair = -self.heap[0][0], tuple(self.heap[0][1])
@@ -128,7 +128,7 @@ class _PairStats:
             heapq.heappop(self.heap)  # stale: its count changed since
         return None, 0
 
-    def merge(self, pair: Pair) -> None:
+    def merge(self, pair: SymbolPair) -> None:
         """Merge ``pair`` in every word that holds it; update only the counts that change."""
         change = defaultdict(int)
         for i in self.where.pop(pair, ()):
@@ -146,7 +146,7 @@ class _PairStats:
             if n:
                 self._update(p, n)
 
-    def _update(self, pair: Pair, n: int) -> None:
+    def _update(self, pair: SymbolPair, n: int) -> None:
         """Add ``n`` to ``pair``'s count; push the new count, or forget the pair at zero."""
         self.count[pair] += n
         if self.count[pair] > 0:
@@ -193,7 +193,7 @@ class BPE:
     """
 
     def __init__(self, merges: Iterable[Sequence[str]], alphabet: Iterable[str] = ()):
-        self.merges: list[Pair] = [tuple(p) for p in merges]
+        self.merges: list[SymbolPair] = [tuple(p) for p in merges]
         self.alphabet: list[str] = list(alphabet)
         for i, pair in enumerate(self.merges):
             if len(pair) != 2 or not _strings(pair):

@@ -28,8 +28,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from .inference import eval_mode
 from .model import check_token_ids
-from .modes import eval_mode
 
 
 def greedy_decode(model: nn.Module, src: Tensor, max_len: int, *, sos: int, eos: int, pad: int = 0,

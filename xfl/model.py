@@ -128,7 +128,7 @@ def output_projection(embedding: "TokenEmbedding", vocab: int, tie: bool) -> nn.
 
 
 @dataclass(kw_only=True)
-class BlockSizes:
+class BlockConfig:
     """What every text model's config shares. ``tie_output`` shares the (target) embedding with
     the output projection (Press & Wolf, 2017); ``d_hidden=None`` means 4·d_model (2/3 of that
     for a gated ``ffn``). Chapter 10's block options, each off by default: ``norm="rms"``,
@@ -163,8 +163,8 @@ class BlockSizes:
 
 # -------------------------------------------------------------------- encoder-decoder
 @dataclass
-class Seq2SeqConfig(BlockSizes):
-    """Sizes of a ``Seq2SeqTransformer``: the vocabularies and stack depths, then ``BlockSizes``.
+class Seq2SeqConfig(BlockConfig):
+    """Sizes of a ``Seq2SeqTransformer``: the vocabularies and stack depths, then ``BlockConfig``.
     ``share_embeddings`` gives source and target one embedding table (a joint vocabulary, as in
     Vaswani et al., 2017); with ``tie_output`` the output projection shares it too."""
 
@@ -236,8 +236,8 @@ MODERN_OPTIONS = dict(norm="rms", positions="rope", ffn="swiglu", bias=False, qk
 
 
 @dataclass
-class GPTConfig(BlockSizes):
-    """Sizes of a decoder-only ``GPT``: the vocabulary and depth, then ``BlockSizes`` (output tied
+class GPTConfig(BlockConfig):
+    """Sizes of a decoder-only ``GPT``: the vocabulary and depth, then ``BlockConfig`` (output tied
     to the embedding by default). ``activation="gelu"`` and ``positions="learned"`` are GPT's and
     nanoGPT's choices (the defaults keep chapter 5's decoder: ReLU, sinusoids); ``causal=False``
     lets every token see the whole sequence (an encoder-only, masked-token model).
@@ -273,7 +273,7 @@ class GPTConfig(BlockSizes):
         return cls(**{**options, **fields})
 
     def block_options(self) -> dict:
-        """``BlockSizes``' options, plus the RoPE base when ``positions="rope"``."""
+        """``BlockConfig``' options, plus the RoPE base when ``positions="rope"``."""
         return dict(super().block_options(), rope_base=self.rope_base if self.positions == "rope" else None)
 
 

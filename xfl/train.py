@@ -54,7 +54,7 @@ from .attention import trusted_inputs
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .distributed import (Processes, from_main, join, mean_over_processes, shard, sum_over_processes,
                           unwrap, wrap)
-from .modes import eval_mode
+from .inference import eval_mode
 from .precision import Precision, choose_precision
 from .runtime import default_device, seed_everything
 from .timing import synchronize

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from .augment import augment_batch, mix_batch
 from .batches import index_batches
 from .data.cifar import normalize
-from .modes import eval_mode
+from .inference import eval_mode
 from .precision import choose_precision
 from .train import TrainConfig
 from .vit import ViTConfig

@@ -2,7 +2,7 @@
 
 Public API
 ----------
-``normalize(text)``            NFC, lower case, one space between words; keeps accents, ¿ and ¡.
+``normalize_text(text)``       NFC, lower case, one space between words; keeps accents, ¿ and ¡.
 ``tokenize(text)``             normalized word and punctuation tokens (``[]`` for an empty text).
 ``detokenize(tokens)``         tokens -> readable text; ``tokenize(detokenize(t)) == t``.
 ``Vocab``                      token <-> id with ``PAD=0, UNK=1, SOS=2, EOS=3``; ``Vocab.build``
@@ -53,7 +53,7 @@ def clean(text: str) -> str:
     return " ".join(text.split())
 
 
-def normalize(text: str) -> str:
+def normalize_text(text: str) -> str:
     """``clean`` and lower case: ``str.lower`` (not ``casefold``) keeps ß and every accent,
     ``"¿ÉL?" -> "¿él?"``."""
     if not isinstance(text, str):
@@ -63,7 +63,7 @@ def normalize(text: str) -> str:
 
 def tokenize(text: str) -> list[str]:
     """Normalized tokens: ``"¿Qué hora es?" -> ['¿', 'qué', 'hora', 'es', '?']``."""
-    return _TOKEN.findall(normalize(text))
+    return _TOKEN.findall(normalize_text(text))
 
 
 def detokenize(tokens: Sequence[str]) -> str:
@@ -144,10 +144,10 @@ class Vocab:
 
 
 # -------------------------------------------------------------- filter, split
-Pair = tuple[str, str]
+SentencePair = tuple[str, str]  # (english, spanish)
 
 
-def filter_by_length(pairs: Iterable[Pair], max_len: int) -> list[Pair]:
+def filter_by_length(pairs: Iterable[SentencePair], max_len: int) -> list[SentencePair]:
     """Pairs whose English and Spanish both have 1..max_len tokens (empty ones dropped)."""
     if not isinstance(max_len, int) or max_len < 1:
         raise ValueError(f"max_len must be a positive int, got {max_len!r}")
@@ -157,19 +157,19 @@ def filter_by_length(pairs: Iterable[Pair], max_len: int) -> list[Pair]:
 
 @dataclass
 class Split:
-    """Pairs of each part; an English sentence (after ``normalize``) lies in one part only."""
+    """Pairs of each part; an English sentence (after ``normalize_text``) lies in one part only."""
 
-    train: list[Pair]
-    test: list[Pair]
+    train: list[SentencePair]
+    test: list[SentencePair]
 
 
-def split_by_english(pairs: Sequence[Pair], test_fraction: float = 0.1, seed: int = 0) -> Split:
+def split_by_english(pairs: Sequence[SentencePair], test_fraction: float = 0.1, seed: int = 0) -> Split:
     """Seeded split of the distinct English sentences; every pair follows its English
     sentence, so a test sentence keeps all of its Spanish translations. The result
     depends on the seed and the set of pairs, not on their order."""
     if not 0 <= test_fraction < 1:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
-    keys = [normalize(en) for en, _ in pairs]
+    keys = [normalize_text(en) for en, _ in pairs]
     english = sorted(set(keys))
     random.Random(seed).shuffle(english)
     test = set(english[:round(test_fraction * len(english))])
@@ -179,17 +179,17 @@ def split_by_english(pairs: Sequence[Pair], test_fraction: float = 0.1, seed: in
     return split
 
 
-def group_references(pairs: Iterable[Pair]) -> list[tuple[str, list[str]]]:
+def group_references(pairs: Iterable[SentencePair]) -> list[tuple[str, list[str]]]:
     """``[(english, [spanish, ...]), ...]``: every translation of each English sentence
-    (grouped after ``normalize``), in first-seen order, for multi-reference BLEU."""
+    (grouped after ``normalize_text``), in first-seen order, for multi-reference BLEU."""
     groups: dict[str, tuple[str, list[str]]] = {}
     for en, es in pairs:
-        groups.setdefault(normalize(en), (en, []))[1].append(es)
+        groups.setdefault(normalize_text(en), (en, []))[1].append(es)
     return list(groups.values())
 
 
 # -------------------------------------------------------------------- batches
-def encode_pairs(pairs: Iterable[Pair], src_vocab: Vocab, tgt_vocab: Vocab
+def encode_pairs(pairs: Iterable[SentencePair], src_vocab: Vocab, tgt_vocab: Vocab
                  ) -> list[tuple[list[int], list[int]]]:
     """Each ``(english, spanish)`` -> ``(src ids, tgt ids)``, both wrapped in SOS ... EOS."""
     return [(src_vocab.encode_text(en), tgt_vocab.encode_text(es)) for en, es in pairs]

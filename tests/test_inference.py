@@ -1,11 +1,11 @@
-"""xfl.modes.eval_mode: evaluation mode and no gradients inside, the old mode restored after,
+"""xfl.inference.eval_mode: evaluation mode and no gradients inside, the old mode restored after,
 even when the block raises."""
 
 import pytest
 import torch
 from torch import nn
 
-from xfl.modes import eval_mode
+from xfl.inference import eval_mode
 
 
 @pytest.mark.parametrize("training", [True, False])

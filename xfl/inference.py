@@ -1,5 +1,6 @@
-"""Evaluation mode for a block of code, restored afterwards even when the block raises (no chapter
-imports it: ``xfl.decode``, ``xfl.vit_train`` and the training loop's evaluation callback do)."""
+"""Running a model for inference: evaluation mode without gradients for a block of code,
+restored afterwards even when the block raises (no chapter imports it: ``xfl.decode``,
+``xfl.vit_train`` and the training loop's evaluation callback do)."""
 
 from __future__ import annotations
 
