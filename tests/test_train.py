@@ -453,7 +453,7 @@ def test_warmup_counted_in_steps_then_cosine_on_the_clock():
 
 
 def test_no_step_limit_is_steps_none_and_needs_a_time_budget():
-    state = train(copy_model(), partial(epoch_batches, copy_pairs(64), 8), seq2seq_loss,
+    state = train(copy_model(), partial(copy_batches, copy_pairs(64), 8), seq2seq_loss,
                   TrainConfig(steps=None, max_seconds=0.3, log_every=1, progress=False, device="cpu"))
     assert state.seconds >= 0.3 and state.step == len(state.history) >= 2  # stopped by the clock
     with pytest.raises(ValueError, match=r"steps=None \(no step limit\) needs a time budget"):
