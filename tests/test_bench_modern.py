@@ -21,7 +21,7 @@ def test_smoke_run_writes_results(tmp_path):
     saved = json.loads(out.read_text())
     assert saved == json.loads(json.dumps(report)) and saved["profile"] == "smoke"
     ablation = saved["ablation"]
-    assert list(ablation)[0] == "2017 block" and list(ablation)[-1] == "all together" and len(ablation) == 8
+    assert list(ablation)[0] == "2017 block" and list(ablation)[-1] == "all together" and len(ablation) == 10
     base = ablation["2017 block"]["params"]
     for name, r in ablation.items():
         assert abs(r["params"] / base - 1) <= 0.02, name

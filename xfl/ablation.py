@@ -136,7 +136,8 @@ def ablation_variants(num_heads: int) -> dict[str, dict]:
     kv = dict(num_kv_heads=num_heads // 2) if num_heads % 2 == 0 else {}
     return {"2017 block": {}, "RMSNorm": dict(norm="rms"), "RoPE": dict(positions="rope"),
             "SwiGLU": dict(ffn="swiglu"), "GQA (kv = heads/2)": kv, "QK-norm": dict(qk_norm=True),
-            "no biases": dict(bias=False), "all together": {**MODERN_OPTIONS, **kv}}
+            "no biases": dict(bias=False), "zero-init proj.": dict(zero_init=True),
+            "untied head": dict(tie_output=False), "all together": {**MODERN_OPTIONS, **kv}}
 
 
 def compare_variants(streams: CharStreams, recipe: Recipe, variants: dict[str, dict],
