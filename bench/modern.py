@@ -26,23 +26,11 @@ from pathlib import Path
 import torch
 
 from bench.report import device_name, write_results
-from xfl.ablation import (Recipe, ablation_variants, compare_variants, difference, kv_head_study,
+from xfl.ablation import (RECIPES, Recipe, ablation_variants, compare_variants, difference, kv_head_study,
                           position_study, spanish_characters, time_fused_path, time_norms)
 from xfl.runtime import default_device
 
 RESULTS = Path(__file__).resolve().parent / "results" / "modern.json"
-
-RECIPES = {
-    "full": dict(data=dict(max_chars=100, n_valid=4000), seeds=(0, 1, 2),
-                 recipe=Recipe(sizes=dict(d_model=128, num_heads=8, num_layers=4, dropout=0.0), length=128,
-                               steps=1500, batch=64, lr=1e-3, evals=10, valid_windows=1024)),
-    "cpu": dict(data=dict(max_chars=40, n_valid=500, n_train=20000), seeds=(0, 1, 2),
-                recipe=Recipe(sizes=dict(d_model=48, num_heads=4, num_layers=2, dropout=0.0), length=32,
-                              steps=200, batch=32, lr=3e-3, evals=5, valid_windows=256, device="cpu")),
-    "smoke": dict(data=dict(max_chars=30, n_valid=200, n_train=1000), seeds=(0, 1),
-                  recipe=Recipe(sizes=dict(d_model=16, num_heads=4, num_layers=1, dropout=0.0), length=16,
-                                steps=4, batch=8, lr=3e-3, evals=2, valid_windows=16, device="cpu")),
-}
 
 
 def plain(results: dict, base) -> dict:

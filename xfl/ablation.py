@@ -91,6 +91,24 @@ class Recipe:
     device: str | None = None
 
 
+# One recipe per profile, read by chapter 10 (``RECIPES[profile()]``) and bench/modern.py: the
+# data (``spanish_characters``'s arguments), the seeds and the ``Recipe``.
+RECIPES = {
+    "full": dict(data=dict(max_chars=100, n_valid=4000), seeds=(0, 1, 2),
+                 recipe=Recipe(sizes=dict(d_model=128, num_heads=8, num_layers=4, dropout=0.0), length=128,
+                               steps=1500, batch=64, lr=1e-3, evals=10, valid_windows=1024)),
+    "cpu": dict(data=dict(max_chars=40, n_valid=500, n_train=20000), seeds=(0, 1, 2),
+                recipe=Recipe(sizes=dict(d_model=48, num_heads=4, num_layers=2, dropout=0.0), length=32,
+                              steps=200, batch=32, lr=3e-3, evals=5, valid_windows=256, device="cpu")),
+    "fast": dict(data=dict(max_chars=40, n_valid=500, n_train=8000), seeds=(0, 1, 2),
+                 recipe=Recipe(sizes=dict(d_model=32, num_heads=4, num_layers=2, dropout=0.0), length=32,
+                               steps=120, batch=16, lr=3e-3, evals=4, valid_windows=128, device="cpu")),
+    "smoke": dict(data=dict(max_chars=30, n_valid=200, n_train=1000), seeds=(0, 1),
+                  recipe=Recipe(sizes=dict(d_model=16, num_heads=4, num_layers=1, dropout=0.0), length=16,
+                                steps=4, batch=8, lr=3e-3, evals=2, valid_windows=16, device="cpu")),
+}
+
+
 def model_config(streams: CharStreams, recipe: Recipe, options: dict, d_hidden: int | None = None) -> GPTConfig:
     """A ``GPTConfig`` of ``recipe``'s sizes with ``options``; ``max_len`` 4 · length (extrapolation)."""
     fields = {**recipe.sizes, **options, "d_hidden": d_hidden}
