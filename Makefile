@@ -2,7 +2,7 @@
 #   make book   creates .venv, installs, executes every chapter and builds the HTML book
 #   make test   creates .venv, installs, runs every test (unit, notebooks, book, browser, grading);
 #               each chapter is executed once, by nbval on the Colab-like kernel, and that run
-#               serves the Colab-like checks and the book build too (tools/nbrecord.py)
+#               serves the Colab-like checks and the book build too (tools/book/nbrecord.py)
 # XFL_FAST=1 selects the fast profile (seconds per chapter on a CPU); `make test` always sets it.
 # `make book` runs the full profile where nvidia-smi finds a GPU, the fast one elsewhere;
 # XFL_FAST=0 or XFL_FAST=1 on the command line overrides that choice; XFL_PROFILE=cpu runs the
@@ -21,7 +21,7 @@ SUBMISSIONS ?= submissions/$(CHAPTER)
 TIMEOUT     ?= 60
 JOBS    ?= 2
 # A hung cell fails after this many seconds (the longest fast-profile cell takes ~155 s on 2 cores;
-# _config.yml holds the same value for the book build, tools/book_config.py the full profile's).
+# _config.yml holds the same value for the book build, tools/book/config.py the full profile's).
 CELL_TIMEOUT := 600
 NPM     := $(shell command -v npm 2>/dev/null)
 ASSETS  := $(if $(NPM),vendor,cdn)
@@ -53,21 +53,21 @@ browser-deps:
 	@command -v chromium >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
-# bubblewrap, the sandbox each graded notebook runs in (tools/sandbox.py), from Debian's packages.
+# bubblewrap, the sandbox each graded notebook runs in (tools/grading/sandbox.py), from Debian's packages.
 # After browser-deps: under `make -j` two apt-get runs would fight over dpkg's lock.
 sandbox-deps: browser-deps
 	@command -v bwrap >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q bubblewrap; }
 
 # Student notebooks, autograder zips, solutions -> _build/exercises/ (fails if a solution misses a point)
-_build/exercises/.stamp: $(STAMP) $(EXERCISES) $(wildcard tools/*.py)
-	$(BIN)/python -m tools.exercises build
+_build/exercises/.stamp: $(STAMP) $(EXERCISES) $(wildcard tools/grading/*.py)
+	$(BIN)/python -m tools.grading.exercises build
 	touch $@
 exercises: _build/exercises/.stamp
 
 # The book's exercise pages (no solutions), generated from the student notebooks
 book/exercises/.stamp: _build/exercises/.stamp
-	$(BIN)/python -m tools.exercises pages
+	$(BIN)/python -m tools.grading.exercises pages
 	touch $@
 exercise-pages: book/exercises/.stamp
 
@@ -81,41 +81,41 @@ sync: $(STAMP)
 
 book: $(STAMP) $(if $(NPM),$(VENDOR)) exercise-pages
 	@$(if $(NPM),,echo "npm not found: the book will load MathJax and the widget scripts from their CDNs (online only).")
-	$(PROFILE_ENV) $(BIN)/python -m tools.book_config --assets $(ASSETS) -o _build/book_config.yml
+	$(PROFILE_ENV) $(BIN)/python -m tools.book.config --assets $(ASSETS) -o _build/book_config.yml
 	$(PROFILE_ENV) $(BIN)/jupyter-book build -W -n --keep-going --config _build/book_config.yml .
 	@echo "Open _build/html/index.html"
 
 # Wheels the lent GPU machine lacks (its Python 3.12, no internet) -> build/wheels/; see DEVELOPERS.md
 .PHONY: device-wheels
 device-wheels: $(STAMP)
-	$(BIN)/python -m tools.device_wheels
+	$(BIN)/python -m tools.env.device_wheels
 
 # One call of a GPU plan on the lent machine (DEVELOPERS.md), where $$OUT is set:
-#   make gpu-plan PLAN=session1      (python -m tools.gpu_plan list PLAN: its steps)
+#   make gpu-plan PLAN=session1      (python -m tools.env.gpu_plan list PLAN: its steps)
 PLAN ?= session1
 .PHONY: gpu-plan
 gpu-plan:
-	$(PYTHON) -m tools.gpu_plan run $(PLAN) --out $(OUT)
+	$(PYTHON) -m tools.env.gpu_plan run $(PLAN) --out $(OUT)
 
 # The Colab-like environment (.venv-colab, kept between runs) with this checkout's xfl installed
 # as the chapters' first cell installs it, registered as the kernel xfl-colab-like in $(RUN_DIR).
-# After .venv: torch and its CUDA libraries are hard-linked from it (tools/colab_env.py), the rest
+# After .venv: torch and its CUDA libraries are hard-linked from it (tools/env/colab_env.py), the rest
 # of Colab's packages installed; xfl last (two builds of xfl in one tree would collide).
 colab-base: $(STAMP)
-	$(PYTHON) -m tools.colab_env
+	$(PYTHON) -m tools.env.colab_env
 colab-env: $(STAMP) colab-base
-	$(PYTHON) -m tools.colab_env prepare
+	$(PYTHON) -m tools.env.colab_env prepare
 
 # Everything the tests need, built side by side: both environments, npm, Chromium, exercises.
 test-setup: $(STAMP) $(VENDOR) exercise-pages browser-deps sandbox-deps colab-env
 
 # nbval runs each chapter once, on the Colab-like kernel, and records it under $(RUN_DIR)/executed;
-# the Colab-like checks and the book build read those records (tools/nbrecord.py). Longest
-# chapters first, then the book's checks, then the rest (tools/run_order.py).
+# the Colab-like checks and the book build read those records (tools/book/nbrecord.py). Longest
+# chapters first, then the book's checks, then the rest (tools/book/run_order.py).
 test:
 	$(MAKE) -j4 --output-sync=target test-setup
 	XFL_FAST=1 OMP_NUM_THREADS=1 JUPYTER_PATH=$(CURDIR)/$(RUN_DIR)/jupyter $(BIN)/python -m pytest \
-	  -n $(JOBS) --dist loadfile -p tools.nbrecord --xfl-record $(RUN_DIR)/executed \
+	  -n $(JOBS) --dist loadfile -p tools.book.nbrecord --xfl-record $(RUN_DIR)/executed \
 	  --nbval-kernel-name xfl-colab-like tests --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) \
 	  chapters -p no:cacheprovider --durations=25
 

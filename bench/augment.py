@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 
-from bench.report import device_name, write_results
+from bench.report import write_results
 from xfl.augment import OPS, _integers, _per_image, _uniform, apply_op, augment_batch, mix_batch, trivial_augment
 from xfl.timing import time_call
+from xfl.runtime import device_name
 
 RESULTS = Path(__file__).resolve().parent / "results" / "augment.json"
 

@@ -31,13 +31,13 @@ from pathlib import Path
 
 import torch
 
-from bench.report import device_name, write_results
+from bench.report import write_results
 from xfl.batches import epoch_batches
 from xfl.data.tatoeba import load_pairs
 from xfl.data.text import EOS, PAD, SOS, UNK, pad_batch
 from xfl.decode import beam_search, greedy_decode
 from xfl.model import Seq2SeqTransformer, count_parameters
-from xfl.runtime import seed_everything
+from xfl.runtime import device_name, seed_everything
 from xfl.timing import compare
 from xfl.train import TrainConfig, seq2seq_loss, train
 from xfl.translation import prepare_task

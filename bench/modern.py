@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from bench.report import device_name, write_results
+from bench.report import write_results
 from xfl.ablation import (RECIPES, Recipe, ablation_variants, compare_variants, difference, kv_head_study,
                           position_study, spanish_characters, time_fused_path, time_norms)
-from xfl.runtime import default_device
+from xfl.runtime import default_device, device_name
 
 RESULTS = Path(__file__).resolve().parent / "results" / "modern.json"
 

@@ -1,12 +1,11 @@
-"""What every benchmark reports about where it ran, how it saves its results, and how it keeps
-the best weights on validation while it trains."""
+"""How every benchmark saves its results, and how it keeps the best weights on validation while it
+trains (where it ran: ``xfl.runtime.device_name``)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import platform
 from pathlib import Path
 from typing import Callable
 
@@ -14,13 +13,6 @@ import torch
 from torch import nn
 
 from xfl.files import atomic_path, write_text_atomic
-
-
-def device_name(device: torch.device) -> str:
-    """``"NVIDIA H100 80GB HBM3"`` on CUDA; ``"cpu (x86_64, 2 cores)"`` elsewhere."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{device.type} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
 def write_results(path: Path, results: dict) -> None:
@@ -33,7 +25,7 @@ class BestWeights:
     ``score(model) -> float`` (higher is better) and keeps a CPU copy of the best weights so
     far; the scores, with their steps, land in the run's ``state.evals`` (the curve). With
     ``path``, the best weights are also written there (atomically) and read back when the hook is
-    made again, so a run resumed in a later call (``tools.gpu_plan``) keeps its best."""
+    made again, so a run resumed in a later call (``tools.env.gpu_plan``) keeps its best."""
 
     def __init__(self, score: Callable[[nn.Module], float], name: str, path: Path | None = None):
         self.score, self.name, self.path = score, name, path
@@ -61,7 +53,7 @@ class BestWeights:
 
 
 def resume_path(name: str) -> Path | None:
-    """A file in ``XFL_CHECKPOINT_DIR`` (set by ``tools.gpu_plan``) for what a resumed run must
+    """A file in ``XFL_CHECKPOINT_DIR`` (set by ``tools.env.gpu_plan``) for what a resumed run must
     find again, or None when the variable is unset."""
     folder = os.environ.get("XFL_CHECKPOINT_DIR")
     return Path(folder) / name if folder else None

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bench.report import BestWeights, device_name, resume_path, write_results
+from bench.report import BestWeights, resume_path, write_results
 from xfl.attention import MultiHeadAttention
 from xfl.blocks import TransformerStack
 from xfl.batches import bucket, bucket_batches, bucketed, epoch_batches
@@ -48,7 +48,7 @@ from xfl.data.tatoeba import load_pairs
 from xfl.model import Seq2SeqTransformer, count_parameters
 from xfl.n_pass import time_decoders
 from xfl.timing import compare
-from xfl.runtime import default_device, seed_everything
+from xfl.runtime import default_device, device_name, seed_everything
 from xfl.train import TrainConfig, seq2seq_loss, train
 from xfl.translation import choose_decoding, heldout_bleu, prepare_task
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
-from bench.report import BestWeights, device_name, resume_path, write_results
+from bench.report import BestWeights, resume_path, write_results
 from xfl.data.cifar import load_cifar10, normalize
-from xfl.runtime import default_device
+from xfl.runtime import default_device, device_name
 from xfl.train import TrainConfig, train
 from xfl.vit import ViT
 from xfl.vit_train import RECIPES, Recipe, accuracy, predict

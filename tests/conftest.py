@@ -2,7 +2,7 @@
 
 `built_book` runs `jupyter-book build -W -n --keep-going` (warnings are errors) with the fast
 profile into a temporary folder and returns the HTML folder. The chapters that this run executes
-under nbval while recording them (`make test`: ``-p tools.nbrecord --xfl-record DIR``) are
+under nbval while recording them (`make test`: ``-p tools.book.nbrecord --xfl-record DIR``) are
 rendered from those executed notebooks, once nbval has run them, instead of being executed again;
 the others are executed by the build. Under pytest-xdist every worker asks for it; a file lock
 lets the first one build and the others reuse its result (or its failure).
@@ -29,9 +29,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from tools import nbrecord  # noqa: E402
-from tools.book_config import add_report, book_config  # noqa: E402
-from tools.executed import RUN_META  # noqa: E402
+from tools.book import nbrecord  # noqa: E402
+from tools.book.config import add_report, book_config  # noqa: E402
+from tools.book.executed import RUN_META  # noqa: E402
 from xfl.files import write_text_atomic  # noqa: E402
 
 

@@ -1,9 +1,8 @@
-"""bench.report: the device line and the atomic results file shared by the benchmarks."""
+"""bench.report: the atomic results file shared by the benchmarks."""
 
 import json
 
 import pytest
-import torch
 
 from helpers import import_bench
 
@@ -26,8 +25,3 @@ def test_a_failed_write_keeps_the_previous_results(tmp_path):
         report.write_results(path, {"accuracy": object()})  # not JSON
     assert json.loads(path.read_text()) == {"accuracy": 0.9}
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
-
-
-def test_cpu_device_name_says_cpu_and_cores():
-    name = load_report().device_name(torch.device("cpu"))
-    assert name.startswith("cpu (") and name.endswith(" cores)")

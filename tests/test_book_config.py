@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools import book_config
-from tools.book_config import FULL_PROFILE_CELL_TIMEOUT_S, VENDORED_KEYS
-from tools.executed import ChapterState, chapter_states
+from tools.book import config as book_config
+from tools.book.config import FULL_PROFILE_CELL_TIMEOUT_S, VENDORED_KEYS
+from tools.book.executed import ChapterState, chapter_states
 
 from conftest import REPO_ROOT, chapter_files, load_config
 
@@ -65,7 +65,7 @@ def test_build_says_how_each_chapter_is_made(tmp_path, monkeypatch, capsys):
     origins = written["sphinx"]["config"].pop("xfl_chapter_origins")  # for the report at the end
     assert list(origins) == [state.chapter for state in states]
     assert all(origins[s.chapter] == book_config.origin(s, "fast") for s in states)
-    assert written["sphinx"].pop("local_extensions").pop("tools.book_report") == str(REPO_ROOT)
+    assert written["sphinx"].pop("local_extensions").pop("tools.book.report") == str(REPO_ROOT)
     if not any(state.state == "fresh" for state in states):  # nothing stored: the config itself
         assert written == load_config()
 
@@ -80,12 +80,12 @@ def test_origins_name_the_stored_run_or_the_profile():
 
 
 def test_this_runs_executed_chapters_are_rendered_not_executed(tmp_path):
-    """The test build renders the notebooks nbval executed (tools/nbrecord.py)."""
+    """The test build renders the notebooks nbval executed (tools/book/nbrecord.py)."""
     chapter = chapter_files()[0]
     config = book_config.book_config(load_config(), fast=True, vendored=True,
                                      executed={chapter: (tmp_path / "x.ipynb", "ab" * 32)})
     assert config["execute"]["exclude_patterns"][-1] == f"{chapter}.md"
     reader = config["sphinx"]["config"]["nb_custom_formats"][f"/{chapter}.md"]
-    assert reader == ["tools.executed.read_stored", {"stored": str((tmp_path / "x.ipynb").resolve()),
+    assert reader == ["tools.book.executed.read_stored", {"stored": str((tmp_path / "x.ipynb").resolve()),
                                                      "sha256": "ab" * 32}, False]
     assert config["execute"]["execute_notebooks"] == "force"  # the other chapters still run

@@ -1,9 +1,9 @@
 """Every chapter runs as on Colab: in an environment holding only Colab's preinstalled packages
-plus what the chapter's first cell installs (`tools/colab_env.py`), in the fast profile.
+plus what the chapter's first cell installs (`tools/env/colab_env.py`), in the fast profile.
 
 The environment is cached in `.venv-colab/` between runs. Under `make test` it is prepared before
-pytest starts (`python -m tools.colab_env prepare`) and nbval runs every chapter on its kernel,
-recording each run (`tools/nbrecord.py`); these checks read that record, so a chapter runs once.
+pytest starts (`python -m tools.env.colab_env prepare`) and nbval runs every chapter on its kernel,
+recording each run (`tools/book/nbrecord.py`); these checks read that record, so a chapter runs once.
 Run on their own, they prepare the environment and execute the chapters themselves (nbclient).
 Either way the kernel is started from the project's environment, as Colab's front end starts its.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, chapter_files, chapter_run
-from tools import colab_env
-from tools.executed import RUN_META
+from tools.env import colab_env
+from tools.book.executed import RUN_META
 
 CHAPTERS = chapter_files()
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -25,7 +25,7 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 @pytest.fixture(scope="module")
 def colab(request, tmp_path_factory, monkeypatch_module) -> dict:
-    """What `tools.colab_env.prepare` recorded: the environment, the versions before and after the
+    """What `tools.env.colab_env.prepare` recorded: the environment, the versions before and after the
     install cell's install, its kernel. This run's record when nbval runs on that kernel."""
     if request.config.getoption("nbval_kernel_name", None) == colab_env.KERNEL:
         return json.loads(colab_env.RECORD.read_text(encoding="utf-8"))

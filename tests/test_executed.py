@@ -21,9 +21,9 @@ import pytest
 import yaml
 from PIL import Image
 
-from tools import executed
-from tools.book_config import book_config
-from tools.executed import StoreError
+from tools.book import executed
+from tools.book.config import book_config
+from tools.book.executed import StoreError
 
 from conftest import REPO_ROOT, _jupyter_book, chapter_files, load_config
 
@@ -241,9 +241,9 @@ def test_config_excludes_the_fresh_chapter_and_reads_its_stored_notebook(book):
     assert config["execute"]["exclude_patterns"] == [f"{TINY}.md"]
     [(suffix, (reader, kwargs, commonmark_only))] = config["sphinx"]["config"]["nb_custom_formats"].items()
     assert str(book / f"{TINY}.md").endswith(suffix) and not Path(suffix).name.endswith(suffix)
-    assert reader == "tools.executed.read_stored" and commonmark_only is False
+    assert reader == "tools.book.executed.read_stored" and commonmark_only is False
     assert Path(kwargs["stored"]) == book / "book" / "executed" / "ch99_tiny" / "tiny.ipynb"
-    assert config["sphinx"]["local_extensions"] == {"tools.executed": str(REPO_ROOT)}
+    assert config["sphinx"]["local_extensions"] == {"tools.book.executed": str(REPO_ROOT)}
     source = (book / f"{TINY}.md").read_text(encoding="utf-8")
     nb = executed.read_stored(source, **kwargs)
     assert "from the stored run" in nb.cells[1].outputs[0].text

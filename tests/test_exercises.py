@@ -26,8 +26,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tools import exercises, grading  # noqa: E402
-from tools.library_answers import LIBRARY_ANSWERS  # noqa: E402
+from tools.grading import exercises, grader  # noqa: E402
+from tools.grading.library_answers import LIBRARY_ANSWERS  # noqa: E402
 
 SOURCES = exercises.sources(ROOT)
 CHAPTERS = [exercises.chapter_of(s) for s in SOURCES]
@@ -61,7 +61,7 @@ def submission(student: nbformat.NotebookNode, solved: nbformat.NotebookNode,
     source, or deleted (None); ``extra`` is a code cell added at the end."""
     nb = nbformat.from_dict(json.loads(json.dumps(student)))
     assert len(nb.cells) == len(solved.cells)
-    question_of = {c.number: c.question for c in grading.plan_cells(nb)}
+    question_of = {c.number: c.question for c in grader.plan_cells(nb)}
     kept = []
     for number, (cell, answer) in enumerate(zip(nb.cells, solved.cells), start=1):
         if "otter_answer_cell" in cell.metadata.get("tags", []):
@@ -79,7 +79,7 @@ def submission(student: nbformat.NotebookNode, solved: nbformat.NotebookNode,
 
 def library_answer_cells(chapter: str) -> dict[str, str]:
     """Per question with a library answer, an answer cell whose functions just call it:
-    generated from ``tools.library_answers`` (a drop-in name, or a lambda adapting the library)."""
+    generated from ``tools.grading.library_answers`` (a drop-in name, or a lambda adapting the library)."""
     cells = {}
     for question, answers in LIBRARY_ANSWERS.get(chapter, {}).items():
         lines = []
@@ -140,7 +140,7 @@ def grade(built: Path, chapter: str, notebooks: dict[str, nbformat.NotebookNode]
         nbformat.write(nb, folder / f"{student}.ipynb")
     output = tmp / "grades" / "grades.csv"
     output.parent.mkdir()
-    grading.grade_folder(paths(built, chapter)["autograder"], folder, output, limit=LIMIT, grace=GRACE,
+    grader.grade_folder(paths(built, chapter)["autograder"], folder, output, limit=LIMIT, grace=GRACE,
                          jobs=2, block_library=block_library)
     with open(output) as f:
         return {row["student"]: row for row in csv.DictReader(f)}
@@ -166,7 +166,7 @@ def test_solutions_full_stubs_zero_library_zero(built, chapter, tmp_path):
                                   "stub": submission(student_nb, solved, {}, fill=False),
                                   "ghost": submission(student_nb, solved, {}, fill=False, extra=ghost_cell(solved)),
                                   "library": submission(student_nb, solved, library)}, tmp_path / "a")
-    _, questions = grading.load_autograder(paths(built, chapter)["autograder"])
+    _, questions = grader.load_autograder(paths(built, chapter)["autograder"])
     assert len(questions) >= 4, f"{chapter} has {len(questions)} graded questions, expected at least 4"
     for q in questions:
         assert float(rows["solutions"][q.name]) == q.points > 0, (q.name, rows["solutions"])
@@ -183,11 +183,11 @@ def test_solutions_full_stubs_zero_library_zero(built, chapter, tmp_path):
 
 
 def test_library_answers_name_real_questions(built, tmp_path):
-    """Every entry of tools.library_answers names a question of its chapter and importable functions."""
-    from tools.student import resolve
+    """Every entry of tools.grading.library_answers names a question of its chapter and importable functions."""
+    from tools.grading.worker import resolve
     for chapter, answers in LIBRARY_ANSWERS.items():
         assert chapter in CHAPTERS, chapter
-        _, questions = grading.load_autograder(paths(built, chapter)["autograder"])
+        _, questions = grader.load_autograder(paths(built, chapter)["autograder"])
         assert set(answers) <= {q.name for q in questions}, (chapter, sorted(answers))
         for name in (n for a in answers.values() for names in a.values() for n in names if n):
             if name.startswith("lambda"):
@@ -216,7 +216,7 @@ def solution_lines(source: Path) -> set[str]:
 
 def split_test_cases(autograder: Path, tmp: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(public, hidden) test cases of an autograder zip as (function name, unparsed body)."""
-    _, questions = grading.load_autograder(autograder)
+    _, questions = grader.load_autograder(autograder)
     public, hidden = [], []
     for q in questions:
         for node in ast.parse(q.source).body:
@@ -283,7 +283,7 @@ def test_student_notebook_is_colab_ready(built, chapter):
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_points_in_headings_match_the_tests(built, chapter, tmp_path):
-    _, questions = grading.load_autograder(paths(built, chapter)["autograder"])
+    _, questions = grader.load_autograder(paths(built, chapter)["autograder"])
     nb = nbformat.read(paths(built, chapter)["student"], as_version=4)
     headings = [m for c in nb.cells if c.cell_type == "markdown"
                 for m in re.findall(r"^## Question (\d+): .*\((\d+) points?\)$", c.source, re.M)]
@@ -419,7 +419,7 @@ def graded(built, tmp_path_factory):
         nbformat.write(nb, folder / student / "ch01_qkv_exercises.ipynb")
     (folder / "garbled.ipynb").write_text("this is not a notebook")
     output = tmp_path_factory.mktemp("grades") / "grades.csv"
-    grading.grade_folder(p["autograder"], folder, output, limit=LIMIT, grace=GRACE, jobs=2)
+    grader.grade_folder(p["autograder"], folder, output, limit=LIMIT, grace=GRACE, jobs=2)
     with open(output) as f:
         rows = {row["student"]: row for row in csv.DictReader(f)}
     return rows, json.loads(output.with_suffix(".json").read_text()), folder, output

@@ -1,4 +1,4 @@
-"""tools.gpu_plan: the GPU plan's dry run (the same steps on the CPU, tiny budgets) over two calls,
+"""tools.env.gpu_plan: the GPU plan's dry run (the same steps on the CPU, tiny budgets) over two calls,
 the first stopped at its deadline and resumed by the second; the plans name every chapter."""
 
 import json
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from tools import gpu_plan
-from tools.executed import ROOT, toc_chapters
+from tools.env import gpu_plan
+from tools.book.executed import ROOT, toc_chapters
 
 
 def run(tmp_path, out, *extra):
@@ -65,7 +65,7 @@ def test_a_state_of_another_plan_is_refused(tmp_path):
 
 
 def test_a_notebook_stopped_at_the_deadline_resumes_in_the_next_call(tmp_path):
-    """A chapter step's path: ``tools.executed execute`` on a notebook whose training run meets
+    """A chapter step's path: ``tools.book.executed execute`` on a notebook whose training run meets
     the deadline is marked ``resume`` (its partial notebook dropped); the next call completes it
     from the checkpoint and leaves the executed notebook."""
     import nbformat
@@ -80,7 +80,7 @@ def test_a_notebook_stopped_at_the_deadline_resumes_in_the_next_call(tmp_path):
             "print('steps', state.step, [h['step'] for h in state.history])")
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         code.replace("\\n", "\n").format(tests=str(ROOT / "tests")))]), notebook)
-    step = gpu_plan.Step("tiny", (), (sys.executable, "-m", "tools.executed", "execute", str(notebook),
+    step = gpu_plan.Step("tiny", (), (sys.executable, "-m", "tools.book.executed", "execute", str(notebook),
                                       "--out", "{out}"), 1.0)
     out = tmp_path / "out"
     out.mkdir()

@@ -19,8 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tools import exercises, grading  # noqa: E402
-from tools.sandbox import Limits  # noqa: E402
+from tools.grading import exercises, grader  # noqa: E402
+from tools.grading.sandbox import Limits  # noqa: E402
 from test_exercises import FIXTURES, LIMIT, GRACE, submission  # noqa: E402
 
 MARK = "xfl-attack-survivor-7f3a"  # in the detached daemon's command line
@@ -151,7 +151,7 @@ def attacked(tmp_path_factory):
     folder, out = tmp_path_factory.mktemp("submissions"), tmp_path_factory.mktemp("grades")
     output = out / "grades.csv"
     secrets = [str(paths["solutions"]), str(folder / "honest.ipynb"), str(paths["autograder"])]
-    writable = [str(output), str(folder / "honest.ipynb"), str(paths["autograder"]), str(ROOT / "tools" / "grading.py")]
+    writable = [str(output), str(folder / "honest.ipynb"), str(paths["autograder"]), str(ROOT / "tools" / "grading" / "grader.py")]
     wrong = FIXTURES["partly_wrong"][0]
     notebooks = {
         "honest": submission(student_nb, solved, {}),
@@ -170,8 +170,8 @@ def attacked(tmp_path_factory):
     }
     for name, nb in notebooks.items():
         nbformat.write(nb, folder / f"{name}.ipynb")
-    grading.grade_folder(paths["autograder"], folder, output, limit=LIMIT, grace=GRACE, jobs=2,
-                         sandbox=grading.Sandbox(limits=LIMITS))
+    grader.grade_folder(paths["autograder"], folder, output, limit=LIMIT, grace=GRACE, jobs=2,
+                         sandbox=grader.Sandbox(limits=LIMITS))
     with open(output) as f:
         rows = {row["student"]: row for row in csv.DictReader(f)}
     return rows, output, writable

@@ -14,8 +14,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools import student  # noqa: E402
-from tools.plain import NotPlain, from_plain, to_plain  # noqa: E402
+from tools.grading import worker  # noqa: E402
+from tools.grading.wire import NotPlain, from_plain, to_plain  # noqa: E402
 
 
 def roundtrip(value):
@@ -74,13 +74,13 @@ def test_malformed_data_is_refused(data):
 def test_a_blocked_function_raises_even_through_an_earlier_reference():
     from xfl.attention import causal_mask
     held = causal_mask
-    student.CALLED.clear()
-    with student.blocked(["xfl.attention.causal_mask", "torch.nn.functional.scaled_dot_product_attention"]):
-        with pytest.raises(student.LibraryAnswer, match="xfl.attention.causal_mask"):
+    worker.CALLED.clear()
+    with worker.blocked(["xfl.attention.causal_mask", "torch.nn.functional.scaled_dot_product_attention"]):
+        with pytest.raises(worker.LibraryAnswer, match="xfl.attention.causal_mask"):
             held(3)
-        with pytest.raises(student.LibraryAnswer):
+        with pytest.raises(worker.LibraryAnswer):
             torch.nn.functional.scaled_dot_product_attention(*torch.zeros(3, 1, 2, 4))
-    assert student.CALLED == ["xfl.attention.causal_mask", "torch.nn.functional.scaled_dot_product_attention"]
+    assert worker.CALLED == ["xfl.attention.causal_mask", "torch.nn.functional.scaled_dot_product_attention"]
     assert torch.equal(held(2), torch.tensor([[True, False], [True, True]]))  # restored afterwards
     out = torch.nn.functional.scaled_dot_product_attention(*torch.zeros(3, 1, 2, 4))
     assert out.shape == (1, 2, 4)
@@ -96,9 +96,9 @@ def test_answer_reports_a_caught_library_call():
 
     request = {"id": 1, "question": "q1", "function": "sneaky", "seconds": 5.0,
                "args": to_plain([3]), "kwargs": to_plain({})}
-    reply = student.answer(request, {"sneaky": sneaky}, {"q1": ["xfl.attention.causal_mask"]})
+    reply = worker.answer(request, {"sneaky": sneaky}, {"q1": ["xfl.attention.causal_mask"]})
     assert reply["library"] == ["xfl.attention.causal_mask"] and reply["id"] == 1
-    reply = student.answer(request, {"sneaky": sneaky}, {})
+    reply = worker.answer(request, {"sneaky": sneaky}, {})
     assert reply["library"] == [] and torch.equal(from_plain(reply["value"]), torch.ones(3, 3, dtype=torch.bool).tril())
 
 
@@ -107,14 +107,14 @@ def test_calls_through_earlier_references_are_recorded():
     the block still works, but the call is recorded (and the grader fails the test for it)."""
     from torch.nn.functional import scaled_dot_product_attention as held_sdpa  # a builtin
     held_init = torch.nn.MultiheadAttention.__init__  # its super() makes a closure
-    student.CALLED.clear()
-    with student.blocked(["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.__init__"]):
+    worker.CALLED.clear()
+    with worker.blocked(["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.__init__"]):
         held_sdpa(*torch.zeros(3, 1, 2, 4))
         held_init(torch.nn.MultiheadAttention.__new__(torch.nn.MultiheadAttention), 4, 1)
-    assert student.CALLED == ["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.__init__"]
-    student.CALLED.clear()
+    assert worker.CALLED == ["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention.__init__"]
+    worker.CALLED.clear()
     held_sdpa(*torch.zeros(3, 1, 2, 4))  # outside the block: nothing recorded
-    assert student.CALLED == [] and torch.nn.MultiheadAttention.__init__ is held_init
+    assert worker.CALLED == [] and torch.nn.MultiheadAttention.__init__ is held_init
 
 
 # ------------------------------------------------------------ the events channel
@@ -123,7 +123,7 @@ def channel(data: bytes):
     import os
     import subprocess
 
-    from tools.grading import StudentProcess
+    from tools.grading.grader import StudentProcess
 
     import tempfile
 
@@ -142,15 +142,15 @@ def channel(data: bytes):
                                   b'{"event": 5}\n', b"[1, 2]\n", b"not json\n"],
                          ids=["bad utf-8", "deep nesting", "huge int", "event not a string", "a list", "not json"])
 def test_a_malformed_event_loses_that_process_not_the_grader(line):
-    from tools.grading import ProcessLost
+    from tools.grading.grader import ProcessLost
     with pytest.raises(ProcessLost, match="not an event"):
         channel(line).receive(5.0)
 
 
 def test_an_oversized_message_is_refused(monkeypatch):
-    from tools import grading
+    from tools.grading import grader
     monkeypatch.setattr(grading, "MAX_MESSAGE", 1000)
-    with pytest.raises(grading.ProcessLost, match="over"):
+    with pytest.raises(grader.ProcessLost, match="over"):
         channel(b'{"event": "reply", "value": "' + b"x" * 5000).receive(5.0)
 
 
@@ -167,11 +167,11 @@ def test_malformed_arrays_are_refused(data):
 
 
 def test_without_bwrap_the_grader_refuses_and_says_why(monkeypatch, tmp_path, capsys):
-    from tools import grading, sandbox
+    from tools.grading import grader, sandbox
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     with pytest.raises(sandbox.SandboxUnavailable, match="bwrap is not installed"):
         sandbox.check_bwrap()
-    assert grading.main([str(tmp_path / "none.zip"), str(tmp_path), "-o", str(tmp_path / "g.csv")]) == 2
+    assert grader.main([str(tmp_path / "none.zip"), str(tmp_path), "-o", str(tmp_path / "g.csv")]) == 2
     err = capsys.readouterr().err
     assert "refusing to grade: bwrap is not installed" in err and "--unsandboxed" in err
     assert not (tmp_path / "g.csv").exists()
@@ -180,7 +180,7 @@ def test_without_bwrap_the_grader_refuses_and_says_why(monkeypatch, tmp_path, ca
 def test_the_sandbox_shows_the_student_nothing_of_the_grader(tmp_path):
     """The real sandbox: its own /proc, an empty /tmp, no repository, no network, its own uid."""
     import subprocess
-    from tools import sandbox
+    from tools.grading import sandbox
     sandbox.check_bwrap()
     probe = ("import os, socket, pathlib; print(sorted(p for p in os.listdir('/proc') if p.isdigit()), "
              "os.listdir('/tmp'), pathlib.Path(%r).exists(), os.getuid() != 0, os.environ.get('HOME'), end=' ')\n"
@@ -188,7 +188,7 @@ def test_the_sandbox_shows_the_student_nothing_of_the_grader(tmp_path):
     job = tmp_path / "job.json"
     job.write_text("{}")
     job.chmod(0o644)
-    cmd = sandbox.bwrap_command([sys.executable, "-c", probe % str(sandbox.ROOT / "tools" / "grading.py")],
+    cmd = sandbox.bwrap_command([sys.executable, "-c", probe % str(sandbox.ROOT / "tools" / "grading" / "grader.py")],
                                 job, sandbox.Limits(), sandbox.sandbox_uid(0))
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={}).stdout
     # /tmp is empty but for the read-only Python install, where it lives under /tmp (a clone there)

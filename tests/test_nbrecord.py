@@ -1,5 +1,5 @@
-"""One execution per chapter: nbval's run recorded as an executed notebook (`tools/nbrecord.py`),
-the run's order (`tools/run_order.py`) and the book build's report (`tools/book_report.py`).
+"""One execution per chapter: nbval's run recorded as an executed notebook (`tools/book/nbrecord.py`),
+the run's order (`tools/book/run_order.py`) and the book build's report (`tools/book/report.py`).
 
 The recorder is checked against nbclient itself: the same notebook, executed by nbclient and
 recorded from nbval's run, has the same outputs and the same widget state.
@@ -20,9 +20,9 @@ import pytest
 from nbclient import NotebookClient
 
 from conftest import REPO_ROOT
-from tools import nbrecord, run_order
-from tools.book_report import report_lines
-from tools.executed import RUN_META
+from tools.book import nbrecord, run_order
+from tools.book.report import report_lines
+from tools.book.executed import RUN_META
 
 CELLS = [
     "print('hello')\nprint('world')",
@@ -48,7 +48,7 @@ def notebook(folder: Path, cells: list[str]) -> Path:
 def record(path: Path, out: Path) -> subprocess.CompletedProcess:
     """nbval on ``path`` with the recorder, in a pytest of its own (rootdir: its folder)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tools.nbrecord",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tools.book.nbrecord",
            "--xfl-record", str(out), "--nbval-lax", "--rootdir", str(path.parent), str(path)]
     return subprocess.run(cmd, cwd=path.parent, env=env, capture_output=True, text=True, timeout=300)
 
@@ -155,7 +155,7 @@ def test_chapters_announce_their_minutes():
 
 def test_make_test_runs_nbval_once_on_the_colab_like_kernel_and_records_it():
     recipe = (REPO_ROOT / "Makefile").read_text(encoding="utf-8").split("\ntest:", 1)[1].split("\n\n")[0]
-    assert "-p tools.nbrecord --xfl-record" in recipe and "--nbval-kernel-name xfl-colab-like" in recipe
+    assert "-p tools.book.nbrecord --xfl-record" in recipe and "--nbval-kernel-name xfl-colab-like" in recipe
     assert recipe.count("pytest") == 1 and " tests " in recipe and "chapters" in recipe
 
 
@@ -183,7 +183,7 @@ def test_under_xdist_the_book_checks_run_on_one_worker_after_the_chapters(tmp_pa
     notebook(tmp_path, ["import time\ntime.sleep(2)"])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
-           "-p", "tools.nbrecord", "--xfl-record", str(tmp_path / "records"), "--nbval-lax",
+           "-p", "tools.book.nbrecord", "--xfl-record", str(tmp_path / "records"), "--nbval-lax",
            "--rootdir", str(tmp_path), "tests", "tiny.ipynb"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -95,3 +95,8 @@ def test_seed_everything_repeats():
     torch.testing.assert_close(torch.randn(4), a)
     with pytest.raises(ValueError, match="non-negative int, got -1"):
         runtime.seed_everything(-1)
+
+
+def test_cpu_device_name_says_cpu_and_cores():
+    name = runtime.device_name(torch.device("cpu"))
+    assert name.startswith("cpu (") and name.endswith(" cores)")

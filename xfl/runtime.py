@@ -1,4 +1,4 @@
-"""Runtime helpers used by every chapter: device choice, seeding, the three profiles.
+"""Runtime helpers used by every chapter: device choice and name, seeding, the three profiles.
 
 A chapter sizes its runs by profile:
 - ``fast``: seconds per chapter on a CPU (CI and a laptop);
@@ -15,6 +15,7 @@ or a CPU-only Colab runtime never starts hours of training.
 from __future__ import annotations
 
 import os
+import platform
 import random
 
 import numpy as np
@@ -91,6 +92,14 @@ def default_device() -> torch.device:
     if mps is not None and mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def device_name(device: torch.device) -> str:
+    """Where a run ran, for its record: ``"NVIDIA H100 80GB HBM3"`` on CUDA, ``"cpu (x86_64, 2 cores)"``
+    elsewhere (the benchmarks' results and the stored chapters' metadata)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{device.type} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
 def seed_everything(seed: int = 0) -> None:

@@ -27,7 +27,7 @@ and evaluation, compilation, checkpoints and runs over several calls, gradient d
 - ``shapes``: example batches, one per input shape; a compiled model compiles each before the
   clock starts (variable shapes would recompile inside it). ``tests/test_train.py`` counts
   compilations and host reads.
-- One run over several calls (``tools.gpu_plan``): ``XFL_CHECKPOINT_DIR`` gives every run a
+- One run over several calls (``tools.env.gpu_plan``): ``XFL_CHECKPOINT_DIR`` gives every run a
   checkpoint, ``XFL_DEADLINE`` makes it save and stop (``DeadlineReached``); run the same code
   again to resume.
 """
@@ -471,7 +471,7 @@ def deadline_from_env() -> float | None:
 
 
 def split_over_calls(config: TrainConfig, model: nn.Module, resume: bool) -> TrainConfig:
-    """With ``XFL_CHECKPOINT_DIR`` set (``tools.gpu_plan`` sets it), a run that has no checkpoint
+    """With ``XFL_CHECKPOINT_DIR`` set (``tools.env.gpu_plan`` sets it), a run that has no checkpoint
     path of its own gets one in that folder, named by its order among this process's runs and a
     digest of its configuration and parameter shapes: the same notebook, run again, finds each
     run's checkpoint, so a finished run returns at once and an interrupted one resumes. What an

@@ -2,9 +2,9 @@
 profile, the T4 precision path), run in calls of at most 9 minutes, each call going on where the
 last one stopped.
 
-    python -m tools.gpu_plan list recipes                       # its steps, minutes expected on an H100
-    python -m tools.gpu_plan run recipes --out $OUT             # one call: steps until its time is up
-    python -m tools.gpu_plan run recipes --dry-run --out DIR    # the same plan on the CPU, tiny budgets
+    python -m tools.env.gpu_plan list recipes                       # its steps, minutes expected on an H100
+    python -m tools.env.gpu_plan run recipes --out $OUT             # one call: steps until its time is up
+    python -m tools.env.gpu_plan run recipes --dry-run --out DIR    # the same plan on the CPU, tiny budgets
 
 Each step runs as its own process with ``XFL_DEADLINE`` (this call's end, less a margin) and
 ``XFL_CHECKPOINT_DIR`` (the step's folder under the state folder): a training run still going at
@@ -12,8 +12,8 @@ the deadline saves a checkpoint and stops (``xfl.train.DeadlineReached``), and t
 the step again, which resumes it. The state (``state.json`` in ``--state``, default
 ``build/plan``; written atomically after every step and copied into ``--out``) says per step
 ``done``, ``resume`` or ``failed``, with its seconds and calls. Results go to ``--out`` as they
-come: the benchmarks' JSON, the chapters' executed notebooks (``tools.executed execute``; store
-them here with ``tools.executed store``). A call starts no step with less than ``MIN_START_S``
+come: the benchmarks' JSON, the chapters' executed notebooks (``tools.book.executed execute``; store
+them here with ``tools.book.executed store``). A call starts no step with less than ``MIN_START_S``
 left, nor once ``--out`` holds ``MAX_OUT_FILES`` files (the device tool returns 8).
 The device calls, in order: DEVELOPERS.md, "Running chapters on the lent GPU machine".
 """
@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.executed import toc_chapters
+from tools.book.executed import toc_chapters
 from xfl.files import write_text_atomic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CALL_S = 540  # one call: 9 minutes, inside the device tool's 10
 MARGIN_S = 45  # the deadline comes this long before the call's end: a checkpoint, a clean exit
 MIN_START_S = 60  # a step is not started with less than this left
@@ -64,7 +64,7 @@ def bench(name: str, minutes: float, args: tuple = (), dry: tuple = (), env: dic
 
 def chapter(path: str, minutes: float) -> Step:
     """A chapter executed in the full profile (the dry run: the fast one), its notebook to ``{out}``."""
-    argv = (sys.executable, "-m", "tools.executed", "execute", f"{path}.ipynb", "--out", "{out}")
+    argv = (sys.executable, "-m", "tools.book.executed", "execute", f"{path}.ipynb", "--out", "{out}")
     return Step(Path(path).parts[1], argv, argv, minutes)
 
 

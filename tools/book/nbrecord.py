@@ -1,6 +1,6 @@
 """One execution of a notebook serves every check: nbval's run, recorded as an executed notebook.
 
-A pytest plugin: ``pytest -p tools.nbrecord --xfl-record DIR --nbval-lax chapters``. While nbval
+A pytest plugin: ``pytest -p tools.book.nbrecord --xfl-record DIR --nbval-lax chapters``. While nbval
 runs a notebook cell by cell in its kernel, every message nbval reads from that kernel is also
 handed to an nbclient front end (``NotebookClient.process_message``), which builds the cells'
 outputs and the widget state as an nbclient execution (the book build's) would. After the last
@@ -11,7 +11,7 @@ sha256 of the chapter's MyST source, that probe, and ``problems``: a failed, ski
 cell, which the book build and the Colab-like checks refuse.
 
 The other tests read these notebooks (`recorded`, `wait_for`): the book renders them instead of
-executing the chapters again. While recording, `tools.run_order` orders the run (chapters first).
+executing the chapters again. While recording, `tools.book.run_order` orders the run (chapters first).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from queue import Empty
 import nbformat
 import pytest
 
-from tools.executed import RUN_META, source_sha256
+from tools.book.executed import RUN_META, source_sha256
 from xfl.files import write_text_atomic
 
 OPTION = "xfl_record"
@@ -128,14 +128,14 @@ class Recorder:
 def pytest_addoption(parser) -> None:
     parser.getgroup("xfl").addoption(
         "--xfl-record", type=Path, default=None, metavar="DIR",
-        help="write every notebook nbval runs, outputs included, under DIR (tools/nbrecord.py)")
+        help="write every notebook nbval runs, outputs included, under DIR (tools/book/nbrecord.py)")
 
 
 def pytest_configure(config) -> None:
     folder = config.getoption(OPTION)
     if folder is None:
         return
-    from tools import run_order
+    from tools.book import run_order
 
     config.pluginmanager.register(run_order, "xfl-run-order")
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)

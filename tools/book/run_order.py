@@ -1,6 +1,6 @@
 """The order of a recording test run: longest chapters first, the book's checks next, then the rest.
 
-Registered by `tools.nbrecord` when it records. The checks that read this run's executed
+Registered by `tools.book.nbrecord` when it records. The checks that read this run's executed
 notebooks (`AFTER_CHAPTERS`: the Colab-like checks, the book build, the browser) wait for them,
 so they come after every chapter; under pytest-xdist they form one work unit (one worker builds
 the book and checks it while the other runs the unit tests), and the work units keep this order

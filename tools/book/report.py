@@ -1,6 +1,6 @@
 """A Sphinx extension for `make book`: per chapter, where its outputs came from and how long it took.
 
-`tools/book_config.py` adds it with ``xfl_chapter_origins`` (``{chapter: origin}``: rendered from
+`tools/book/config.py` adds it with ``xfl_chapter_origins`` (``{chapter: origin}``: rendered from
 stored outputs of which run, or executed now in which profile). Sphinx reads a chapter from its
 ``source-read`` event to its ``doctree-read`` event, and myst-nb executes the notebook in
 between, so that span is the chapter's time in this build. When the build ends, one line per

@@ -8,10 +8,10 @@ whose source still has that hash (*fresh*) and executes the others (*stale*: the
 since; *none*: nothing stored) in the profile it picks. A stale notebook is never rendered.
 
 Commands (from the repository root):
-    python -m tools.executed execute CHAPTER.ipynb [...] --out DIR   # run chapters, keep outputs
-    python -m tools.executed store DIR/NAME.ipynb [...]               # check, shrink, store
-    python -m tools.executed status                                  # fresh / stale / none
-    python -m tools.executed times [-o bench/results/gpu_chapters.json]   # the stored run times
+    python -m tools.book.executed execute CHAPTER.ipynb [...] --out DIR   # run chapters, keep outputs
+    python -m tools.book.executed store DIR/NAME.ipynb [...]               # check, shrink, store
+    python -m tools.book.executed status                                  # fresh / stale / none
+    python -m tools.book.executed times [-o bench/results/gpu_chapters.json]   # the stored run times
 
 `execute` runs where the GPU is (it fails on the first error, like ``pytest --nbval-lax``) and
 needs nbclient and ipykernel; `store` runs in the checkout (it reads the sources with jupytext).
@@ -21,7 +21,7 @@ one whose cells differ from the chapter's current source, a fast-profile run (un
 largest run available); it writes nothing unless everything passes, and writes atomically. It
 appends to the chapter's first output line (its run banner) where, when and how long the stored
 run ran, so the reader sees it first.
-For the book build, `tools/book_config.py` reads :func:`chapter_states`, and this module is a
+For the book build, `tools/book/config.py` reads :func:`chapter_states`, and this module is a
 Sphinx extension only so that myst-nb can import :func:`read_stored`.
 """
 
@@ -44,7 +44,7 @@ import yaml
 
 from xfl.files import write_text_atomic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STORE = Path("book") / "executed"
 META = "xfl_executed"  # notebook metadata key of a stored notebook
 RUN_META = "xfl_run"  # what `execute` records about the run itself
@@ -290,8 +290,7 @@ def execute(notebook: Path, out: Path, timeout: int = CELL_TIMEOUT_S) -> Path:
     """
     from nbclient import NotebookClient
 
-    from bench.report import device_name
-    from xfl.runtime import default_device
+    from xfl.runtime import default_device, device_name
 
     nb = nbformat.read(notebook, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",

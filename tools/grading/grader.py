@@ -3,18 +3,18 @@
     python -m tools.grading AUTOGRADER_ZIP SUBMISSIONS_DIR -o grades.csv [--timeout 60] [--jobs 2]
 
 SUBMISSIONS_DIR holds one notebook per student: ``<student>.ipynb``, or ``<student>/<any>.ipynb``.
-The tests (hidden ones included) come from the autograder zip that ``tools.exercises build``
+The tests (hidden ones included) come from the autograder zip that ``tools.grading.exercises build``
 writes: otter-grader test files, where a test receives the student's function and asserts.
 
-Verdicts the submission cannot touch. The notebook runs in its own process (``tools.student``),
-inside a bubblewrap sandbox (``tools.sandbox``: no view of the tests, solutions, other
+Verdicts the submission cannot touch. The notebook runs in its own process (``tools.grading.worker``),
+inside a bubblewrap sandbox (``tools.grading.sandbox``: no view of the tests, solutions, other
 submissions, grades or repository; bounded memory, processes, files and time; killed whole);
 the tests run here, in the grader's process, where each student function is a ``Proxy``:
 calling it sends the inputs to the student's process and brings the result back as plain data
-(``tools.plain``: tensors as dtype, shape and bytes, numbers, strings, lists, tuples and dicts;
+(``tools.grading.wire``: tensors as dtype, shape and bytes, numbers, strings, lists, tuples and dicts;
 never a pickle). Every comparison thus uses the grader's own, unpatched torch and builtins, and
 nothing the notebook prints, patches or exits with reaches the scores. While a question's calls
-run, the library functions that would answer it raise (``tools.library_answers``), and a call
+run, the library functions that would answer it raise (``tools.grading.library_answers``), and a call
 that reached one fails its test even if the student's code caught the error.
 
 Time limits. Each code cell, and each question's calls together, get ``--timeout`` seconds (the
@@ -52,12 +52,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import plain
-from tools.library_answers import blocked_names
-from tools.sandbox import Limits, bwrap_command, check_bwrap, sandbox_uid, student_env, SandboxUnavailable
+from tools.grading import wire
+from tools.grading.library_answers import blocked_names
+from tools.grading.sandbox import Limits, bwrap_command, check_bwrap, sandbox_uid, student_env, SandboxUnavailable
 from xfl.files import write_text_atomic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ANSWER_TAGS = {"otter_answer_cell", "otter_assign_solution_cell"}  # student / solutions notebook
 CHECK_PREFIX = "grader.check("
 STARTUP_S = 30.0  # extra patience for the student's process to start (Python, IPython)
@@ -181,7 +181,7 @@ def tasks_of(uid: int) -> int:
 
 
 class StudentProcess:
-    """A submitted notebook running in its own process (``tools.student``), in a sandbox: its
+    """A submitted notebook running in its own process (``tools.grading.worker``), in a sandbox: its
     cells run once, then ``call`` sends a function's inputs there and brings its result back as
     plain data. ``deadline`` (monotonic seconds) ends it, whatever it is doing."""
 
@@ -197,7 +197,7 @@ class StudentProcess:
         job.chmod(0o644)
         req_read, self.requests = os.pipe()
         self.events, evt_write = os.pipe()
-        entry = "import sys; from tools.student import main; main(sys.argv[1:])"
+        entry = "import sys; from tools.grading.worker import main; main(sys.argv[1:])"
         if sandbox.enabled:
             cmd, cwd, env = bwrap_command([sys.executable, "-c", entry, "/grader/job.json", str(req_read),
                                            str(evt_write)], job, sandbox.limits, self.uid), None, {}
@@ -289,7 +289,7 @@ class StudentProcess:
         """``function(*args, **kwargs)`` in the student's process, within ``seconds``."""
         self.next_id += 1
         request = {"id": self.next_id, "question": question, "function": function, "seconds": seconds,
-                   "args": plain.to_plain(list(args)), "kwargs": plain.to_plain(kwargs)}
+                   "args": wire.to_plain(list(args)), "kwargs": wire.to_plain(kwargs)}
         try:
             os.write(self.requests, (json.dumps(request) + "\n").encode())
         except BrokenPipeError:
@@ -305,7 +305,7 @@ class StudentProcess:
                               "answer to this question: write it yourself")
         if reply.get("error") is not None:
             raise student_exception(reply.get("error_type"), f"{function} raised {str(reply['error'])[:2000]}")
-        return plain.from_plain(reply.get("value"))  # NotPlain (a failed test) if malformed
+        return wire.from_plain(reply.get("value"))  # NotPlain (a failed test) if malformed
 
 
 def keep_output(stream, log_path: Path, cap: int) -> None:
@@ -474,7 +474,7 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
                  sandbox: Sandbox | None = None) -> list[Grade]:
     """Grade every notebook in ``submissions``; write ``output`` (CSV) and its JSON and logs,
     once, atomically, after every notebook is graded. Each student runs in a sandbox
-    (``tools.sandbox``; ``SandboxUnavailable`` if none can start here, unless
+    (``tools.grading.sandbox``; ``SandboxUnavailable`` if none can start here, unless
     ``sandbox.enabled`` is False). ``block_library=False`` lets the library answer (to check
     that its answers are right)."""
     sandbox = sandbox or Sandbox()

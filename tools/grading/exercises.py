@@ -15,8 +15,8 @@ Writing tests: compare tensors with ``torch.testing.assert_close(got, expected, 
 the shape before a property such as ``(w >= 0).all()``.
 
 Usage (from the repository root):
-    python -m tools.exercises build [--out _build/exercises] [--no-run-tests] [CHAPTER ...]
-    python -m tools.exercises pages [--out _build/exercises] [--pages book/exercises]
+    python -m tools.grading.exercises build [--out _build/exercises] [--no-run-tests] [CHAPTER ...]
+    python -m tools.grading.exercises pages [--out _build/exercises] [--pages book/exercises]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import nbformat
 
 from xfl.files import atomic_path, write_text_atomic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "_build" / "exercises"
 DEFAULT_PAGES = ROOT / "book" / "exercises"
 SETUP_MARKER = "otter.Notebook("

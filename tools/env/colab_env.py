@@ -15,8 +15,8 @@ and CUDA libraries it hard-links instead of installing them a second time (``lin
 the same files pip would write, about 6 GB it neither downloads nor writes again).
 
 Usage (from the repository root):
-    python -m tools.colab_env            # create or update .venv-colab, print its python
-    python -m tools.colab_env prepare    # ... install this checkout's xfl, record, register
+    python -m tools.env.colab_env            # create or update .venv-colab, print its python
+    python -m tools.env.colab_env prepare    # ... install this checkout's xfl, record, register
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from xfl.files import write_text_atomic  # xfl's own modules import torch; this one does not
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ENV = Path(os.environ.get("XFL_COLAB_ENV", ROOT / ".venv-colab"))
 DONOR_ENV = ROOT / ".venv"  # built first by `make`: its torch is linked, not installed again
 KERNEL = "xfl-colab-like"
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     elif not args:
         print(ensure_preinstalled())
     else:
-        print(f"usage: python -m tools.colab_env [prepare], not {args}", file=sys.stderr)
+        print(f"usage: python -m tools.env.colab_env [prepare], not {args}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,8 +1,8 @@
 """The student's process: run a submitted notebook's cells, then answer the grader's calls.
 
-    python -c "import sys; from tools.student import main; main(sys.argv[1:])" JOB_JSON REQUESTS_FD EVENTS_FD
+    python -c "import sys; from tools.grading.worker import main; main(sys.argv[1:])" JOB_JSON REQUESTS_FD EVENTS_FD
 
-(started by ``tools.grading``, normally inside a ``tools.sandbox``; started with ``-c`` rather
+(started by ``tools.grading``, normally inside a ``tools.grading.sandbox``; started with ``-c`` rather
 than ``-m`` so that the module exists once, not also as ``__main__``). Before anything else it
 lowers its own resource limits (``setrlimit``: memory, processes, file size, open files, CPU
 time) to the job's, which no code it runs afterwards can raise again.
@@ -13,7 +13,7 @@ the functions are ready, a call's result as plain data) to another, one JSON obj
 notebook's own output goes to stdout, which the grader keeps as a log and never parses.
 
 Each cell and each call has a time limit (SIGALRM raises ``TimeLimit``). While a call of question
-q runs, the library functions that would answer q (``tools.library_answers``) are blocked: their
+q runs, the library functions that would answer q (``tools.grading.library_answers``) are blocked: their
 code is swapped for one that raises, so a reference taken earlier is blocked too, and a blocked
 call is reported with the result even if the student's code catches the exception.
 """
@@ -29,7 +29,7 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
-from tools.plain import from_plain, to_plain
+from tools.grading.wire import from_plain, to_plain
 
 CALLED: list[str] = []  # the blocked library functions called during the current call
 
@@ -82,7 +82,7 @@ def resolve(dotted: str) -> tuple[object, str, object]:
 
 def _blocker_code(fn: types.FunctionType, dotted: str) -> types.CodeType:
     source = (f"def {fn.__name__}(*args, **kwargs):\n"
-              f"    return __import__('tools.student', fromlist=['x']).library_called({dotted!r})\n")
+              f"    return __import__('tools.grading.worker', fromlist=['x']).library_called({dotted!r})\n")
     namespace: dict = {}
     exec(compile(source, f"<blocked {dotted}>", "exec"), namespace)
     return namespace[fn.__name__].__code__

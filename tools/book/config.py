@@ -8,16 +8,16 @@ Three things change with the build, and this tool writes the variant:
   and cpu profiles keep `_config.yml`'s);
 - without npm the scripts cannot be vendored: the book then loads them from their CDNs
   (Jupyter Book's defaults), which works online only;
-- a chapter with fresh stored outputs (`tools/executed.py`, `book/executed/`) is not executed:
+- a chapter with fresh stored outputs (`tools/book/executed.py`, `book/executed/`) is not executed:
   it is excluded from execution and myst-nb reads it from its stored notebook instead of its
   `.md` (same page, same URL, same Colab button). The tool prints which chapters are rendered
   from stored outputs and which are executed, and why.
 
 The profile is the one the chapters will run (`xfl.runtime.profile`: `XFL_PROFILE` or `XFL_FAST`,
-else the device). The configuration it writes also loads `tools/book_report.py`: the build ends by
+else the device). The configuration it writes also loads `tools/book/report.py`: the build ends by
 printing, per chapter, where its outputs came from and how long it took, then the total.
 Usage (from the repository root; `make book` runs it):
-    XFL_FAST=1 python -m tools.book_config --assets vendor -o _build/book_config.yml
+    XFL_FAST=1 python -m tools.book.config --assets vendor -o _build/book_config.yml
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import yaml
 
-from tools.executed import ChapterState, chapter_states
+from tools.book.executed import ChapterState, chapter_states
 from xfl.files import write_text_atomic
 from xfl.runtime import profile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FULL_PROFILE_CELL_TIMEOUT_S = 3600  # a full-profile training cell on a T4 takes up to ~30 min
 VENDORED_KEYS = ("html_static_path", "mathjax_path", "nb_ipywidgets_js")
 
@@ -66,7 +66,7 @@ def render_stored(config: dict, stored: list[ChapterState]) -> None:
 
 def render_notebooks(config: dict, notebooks: dict[str, tuple[Path, str]]) -> None:
     """Exclude these chapters from execution; myst-nb reads each from its executed notebook,
-    which `tools.executed.read_stored` refuses once the source no longer has that sha256."""
+    which `tools.book.executed.read_stored` refuses once the source no longer has that sha256."""
     sources = [f"{chapter}.md" for chapter in notebooks]
     execute = config["execute"]
     execute["exclude_patterns"] = [p for p in execute.get("exclude_patterns", []) if p not in sources] + sources
@@ -74,9 +74,9 @@ def render_notebooks(config: dict, notebooks: dict[str, tuple[Path, str]]) -> No
     # suffixes against file names only, so a key with a "/" is no source suffix to it.
     formats = config["sphinx"]["config"].setdefault("nb_custom_formats", {})
     for source, (notebook, sha256) in zip(sources, notebooks.values()):
-        formats[f"/{source}"] = ["tools.executed.read_stored",
+        formats[f"/{source}"] = ["tools.book.executed.read_stored",
                                  {"stored": str(Path(notebook).resolve()), "sha256": sha256}, False]
-    config["sphinx"].setdefault("local_extensions", {})["tools.executed"] = str(ROOT)
+    config["sphinx"].setdefault("local_extensions", {})["tools.book.executed"] = str(ROOT)
 
 
 def announce(states: list[ChapterState], profile: str) -> None:
@@ -98,9 +98,9 @@ def origin(state: ChapterState, profile: str) -> str:
 
 def add_report(config: dict, origins: dict[str, str]) -> None:
     """Make the build end with each chapter's origin (``{chapter: origin}``) and time, then the
-    total (tools/book_report.py)."""
+    total (tools/book/report.py)."""
     config["sphinx"]["config"]["xfl_chapter_origins"] = origins
-    config["sphinx"].setdefault("local_extensions", {})["tools.book_report"] = str(ROOT)
+    config["sphinx"].setdefault("local_extensions", {})["tools.book.report"] = str(ROOT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                          stored=[state for state in states if state.state == "fresh"])
     add_report(config, {state.chapter: origin(state, chosen) for state in states})
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.output, "# Written by tools/book_config.py from _config.yml: edit that.\n"
+    write_text_atomic(args.output, "# Written by tools/book/config.py from _config.yml: edit that.\n"
                       + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
     return 0
 

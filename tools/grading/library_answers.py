@@ -7,7 +7,7 @@
   a ``lambda`` that adapts the library to the question's arguments, or ``None`` where there is
   no such answer;
 - then the other library functions that must not be called while the question's calls run. In
-  the student's process they all raise (``tools.student.blocked``), so calling them scores zero.
+  the student's process they all raise (``tools.grading.worker.blocked``), so calling them scores zero.
 
 The tests build a "calls the library" submission from every first entry and check both halves:
 zero with the library blocked, full marks with it let through (so the entry really answers it).

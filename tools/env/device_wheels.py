@@ -8,7 +8,7 @@ then drops the wheels of projects the machine already has (and playwright: LEFT_
 what is left and its size, and fails when the folder is over the 64 MiB that one call may carry.
 
 Usage (from the repository root; `make device-wheels` runs it):
-    python -m tools.device_wheels            # -> build/wheels/
+    python -m tools.env.device_wheels            # -> build/wheels/
 On the GPU machine, install them with
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site build/wheels/*.whl
 """
@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "wheels"
 CARRY_LIMIT_MIB = 64  # what one call may carry, the working tree included
 PYTHON_VERSION = "3.12"  # python3 on the GPU machine (KINDS.md of the device tool: 3.12.3)

@@ -2,7 +2,7 @@
 
 Inside, the student's code sees a private ``/tmp`` (its working folder, a bounded tmpfs), its own
 job (the notebook's cells, read-only), the installed Python (the interpreter's prefixes), ``xfl``
-and the two grader modules it talks through (``tools.student``, ``tools.plain``), read-only, ``/usr``
+and the two grader modules it talks through (``tools.grading.worker``, ``tools.grading.wire``), read-only, ``/usr``
 read-only, a private ``/proc`` with its own processes only, and no network. Nothing else: no
 autograder zip or tests, no solutions, no other submission, no grades, no repository checkout,
 and no data folder (the exercises' tests build their own small inputs).
@@ -10,7 +10,7 @@ and no data folder (the exercises' tests build their own small inputs).
 Run as root, the grader starts each sandbox under its own unprivileged uid (``setpriv``), so the
 limit on processes counts that sandbox alone and it cannot signal the grader or another student.
 The limits themselves (memory, processes, file size, open files, CPU time) are set with
-``setrlimit`` by ``tools.student`` before any student code runs; the wall-clock limit is the
+``setrlimit`` by ``tools.grading.worker`` before any student code runs; the wall-clock limit is the
 grader's, which kills the sandbox's first process: the kernel then ends every process of its PID
 namespace, detached ones included.
 
@@ -27,9 +27,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 INSIDE = Path("/grader")  # where the job and the code the student's process runs are mounted
-STUDENT_MODULES = ("tools/__init__.py", "tools/student.py", "tools/plain.py")
+STUDENT_MODULES = ("tools/__init__.py", "tools/grading/__init__.py", "tools/grading/worker.py", "tools/grading/wire.py")
 FIRST_UID = 1_900_000_000  # as root, sandbox k of grader pid p runs as uid FIRST_UID + 64 (p % 10**5) + k
 
 
@@ -116,7 +116,7 @@ def check_bwrap() -> None:
         raise SandboxUnavailable("bwrap is not installed (Debian: apt-get install bubblewrap)")
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         raise SandboxUnavailable("setpriv (util-linux) is not installed: as root, it gives each sandbox its own uid")
-    job = ROOT / "tools" / "student.py"  # any readable file: the probe only lists it
+    job = ROOT / "tools" / "grading" / "worker.py"  # any readable file: the probe only lists it
     cmd = bwrap_command(["/usr/bin/test", "-r", str(INSIDE / "job.json")], job, Limits(), sandbox_uid(0))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
