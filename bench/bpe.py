@@ -23,7 +23,7 @@ from typing import Callable
 
 from xfl.bpe import pretokenize, train_bpe
 from xfl.data.tatoeba import ATTRIBUTION, load_pairs
-from xfl.files import write_text_atomic
+from xfl.atomic_files import write_text_atomic
 from xfl.timing import Timing, compare, time_call
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bpe.json"

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from xfl.files import atomic_path, write_text_atomic
+from xfl.atomic_files import atomic_path, write_text_atomic
 
 
 def write_results(path: Path, results: dict) -> None:

@@ -32,7 +32,7 @@ if str(REPO_ROOT) not in sys.path:
 from tools.book import nbrecord  # noqa: E402
 from tools.book.config import add_report, book_config  # noqa: E402
 from tools.book.executed import RUN_META  # noqa: E402
-from xfl.files import write_text_atomic  # noqa: E402
+from xfl.atomic_files import write_text_atomic  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="session")

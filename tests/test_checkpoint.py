@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from xfl import files
+from xfl import atomic_files
 from xfl.checkpoint import VERSION, load_checkpoint, read_checkpoint, save_checkpoint
 from xfl.model import GPT, GPTConfig
 
@@ -171,7 +171,7 @@ def kill_a_save_halfway(path: Path, anonymous: bool) -> None:
     """Start a process that saves over ``path`` and SIGKILL it once half the file is written."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     saver = KILLED_SAVER if anonymous else (
-        "import xfl.files; xfl.files._can_name_anonymous_files = lambda folder: False\n" + KILLED_SAVER)
+        "import xfl.atomic_files; xfl.atomic_files._can_name_anonymous_files = lambda folder: False\n" + KILLED_SAVER)
     child = subprocess.Popen([sys.executable, "-c", saver, str(path)], stdout=subprocess.PIPE,
                              text=True, env=env)
     try:
@@ -181,7 +181,7 @@ def kill_a_save_halfway(path: Path, anonymous: bool) -> None:
         child.wait()
 
 
-@pytest.mark.skipif(not files._can_name_anonymous_files(Path(tempfile.gettempdir())),
+@pytest.mark.skipif(not atomic_files._can_name_anonymous_files(Path(tempfile.gettempdir())),
                     reason="this file system cannot name anonymous files (O_TMPFILE + linkat)")
 def test_a_save_killed_halfway_leaves_the_old_checkpoint_and_nothing_else(tmp_path):
     torch.manual_seed(1)

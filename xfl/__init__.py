@@ -25,7 +25,7 @@ Each module holds one idea and links back to the chapter that builds it:
 - ``runtime``: device choice, seeding and the fast profile (every chapter)
 - ``precision``: bf16, fp16 + gradient scaler or fp32, and compilation, by device (chapters 5-7, 9)
 - ``timing``: the one timer, warm-up, median and spread (chapters 2-4, 8, ``bench/``)
-- ``files``: atomic writes for checkpoints, results, exercises and grades (no chapter)
+- ``atomic_files``: atomic writes for checkpoints, results, exercises and grades (no chapter)
 """
 
 __version__ = "0.1.0"

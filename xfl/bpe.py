@@ -42,7 +42,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from xfl.files import write_text_atomic
+from xfl.atomic_files import write_text_atomic
 
 SPACE = "\u2581"  # "▁": a single space came before this word
 END = "</w>"  # glued to a word's last symbol

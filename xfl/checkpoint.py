@@ -4,7 +4,7 @@ them; ``xfl.train`` writes them).
 A checkpoint holds the model, the optimizer, the fp16 gradient scaler, the loop's state, the
 configuration and every random generator's state, all as tensors and plain Python data, so
 ``torch.load(..., weights_only=True)`` opens it: a file someone crafted to execute code on
-load is refused instead. Writes are atomic (``xfl.files``): a crash while saving leaves the
+load is refused instead. Writes are atomic (``xfl.atomic_files``): a crash while saving leaves the
 previous checkpoint as it was.
 
 A header records the format version, the model's class and configuration, the optimizer's
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .distributed import unwrap
-from .files import atomic_path, remove_orphans
+from .atomic_files import atomic_path, remove_orphans
 
 
 # ------------------------------------------------------------------- random states

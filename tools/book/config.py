@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from tools.book.executed import ChapterState, chapter_states
-from xfl.files import write_text_atomic
+from xfl.atomic_files import write_text_atomic
 from xfl.runtime import profile
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -42,7 +42,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from xfl.files import write_text_atomic
+from xfl.atomic_files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = Path("book") / "executed"

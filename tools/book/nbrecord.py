@@ -28,7 +28,7 @@ import nbformat
 import pytest
 
 from tools.book.executed import RUN_META, source_sha256
-from xfl.files import write_text_atomic
+from xfl.atomic_files import write_text_atomic
 
 OPTION = "xfl_record"
 PROBE = ("import json as _j, sys as _s, xfl as _x, ipywidgets as _w, torch as _t\n"

@@ -10,7 +10,7 @@ the requirements of that first cell, with the repository URL replaced by this ch
 (``_build/test-run/colab-env.json``) and registers the environment as the Jupyter kernel
 ``xfl-colab-like`` (under ``_build/test-run/jupyter``), on which nbval runs every chapter; the
 checks of ``tests/test_colab.py`` read that record and the executed chapters. Standard library
-only (and ``xfl.files``). It runs after the build of ``.venv``, whose torch, torchvision, triton
+only (and ``xfl.atomic_files``). It runs after the build of ``.venv``, whose torch, torchvision, triton
 and CUDA libraries it hard-links instead of installing them a second time (``link_heavy_packages``:
 the same files pip would write, about 6 GB it neither downloads nor writes again).
 
@@ -30,7 +30,7 @@ import sys
 import venv
 from pathlib import Path
 
-from xfl.files import write_text_atomic  # xfl's own modules import torch; this one does not
+from xfl.atomic_files import write_text_atomic  # xfl's own modules import torch; this one does not
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ENV = Path(os.environ.get("XFL_COLAB_ENV", ROOT / ".venv-colab"))

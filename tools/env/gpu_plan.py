@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.book.executed import toc_chapters
-from xfl.files import write_text_atomic
+from xfl.atomic_files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 CALL_S = 540  # one call: 9 minutes, inside the device tool's 10

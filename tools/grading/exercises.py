@@ -31,7 +31,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from xfl.files import atomic_path, write_text_atomic
+from xfl.atomic_files import atomic_path, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "_build" / "exercises"

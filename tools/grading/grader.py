@@ -55,7 +55,7 @@ from pathlib import Path
 from tools.grading import wire
 from tools.grading.library_answers import blocked_names
 from tools.grading.sandbox import Limits, bwrap_command, check_bwrap, sandbox_uid, student_env, SandboxUnavailable
-from xfl.files import write_text_atomic
+from xfl.atomic_files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER_TAGS = {"otter_answer_cell", "otter_assign_solution_cell"}  # student / solutions notebook

@@ -1,7 +1,6 @@
-"""Writing a file so that a reader sees the old file or the new one, never half of one:
-training checkpoints (``xfl.train``), benchmark results (``bench/``), the exercise
-notebooks, pages and grades (``tools/``). Downloads are verified and renamed by
-``xfl.data.download``.
+"""Writing a file so that a reader sees the old file or the new one, never half of one (for
+every file something else may read while it is written: checkpoints, results, pages, grades).
+Downloads are verified and renamed by ``xfl.data.download``.
 
 On Linux the new content goes to an anonymous file in the target's folder (``O_TMPFILE``): it has
 no name until it is complete, so a writer killed mid-write (SIGKILL) leaves nothing behind; the

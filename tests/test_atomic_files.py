@@ -1,9 +1,9 @@
-"""xfl.files: a write either replaces the whole file or leaves the old one, with no leftovers."""
+"""xfl.atomic_files: a write either replaces the whole file or leaves the old one, with no leftovers."""
 
 import pytest
 
-from xfl import files
-from xfl.files import atomic_path, write_text_atomic
+from xfl import atomic_files
+from xfl.atomic_files import atomic_path, write_text_atomic
 
 
 def test_grades_are_written_atomically(tmp_path, monkeypatch):
@@ -13,7 +13,7 @@ def test_grades_are_written_atomically(tmp_path, monkeypatch):
     def crash(*args):
         raise OSError("disk full")
 
-    monkeypatch.setattr(files.os, "replace", crash)
+    monkeypatch.setattr(atomic_files.os, "replace", crash)
     with pytest.raises(OSError):
         write_text_atomic(target, "student,q1\nnew,2\n")
     assert target.read_text() == "student,q1\nold,1\n"
@@ -40,7 +40,7 @@ def test_new_folders_and_exact_text(tmp_path):
 
 def test_while_it_is_written_the_new_content_has_no_name(tmp_path):
     """Where the file system can (O_TMPFILE), a killed writer has nothing to leave behind."""
-    if not files._can_name_anonymous_files(tmp_path):
+    if not atomic_files._can_name_anonymous_files(tmp_path):
         pytest.skip("this file system cannot name anonymous files (O_TMPFILE + linkat)")
     target = tmp_path / "model.pt"
     with atomic_path(target) as tmp, open(tmp, "wb") as f:
