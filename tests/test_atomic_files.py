@@ -51,7 +51,7 @@ def test_while_it_is_written_the_new_content_has_no_name(tmp_path):
 
 
 def test_the_fallback_writes_a_hidden_file_then_renames_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(files, "_can_name_anonymous_files", lambda folder: False)
+    monkeypatch.setattr(atomic_files, "_can_name_anonymous_files", lambda folder: False)
     target = tmp_path / "model.pt"
     with atomic_path(target) as tmp, open(tmp, "wb") as f:
         f.write(b"new")

@@ -149,7 +149,7 @@ def test_a_malformed_event_loses_that_process_not_the_grader(line):
 
 def test_an_oversized_message_is_refused(monkeypatch):
     from tools.grading import grader
-    monkeypatch.setattr(grading, "MAX_MESSAGE", 1000)
+    monkeypatch.setattr(grader, "MAX_MESSAGE", 1000)
     with pytest.raises(grader.ProcessLost, match="over"):
         channel(b'{"event": "reply", "value": "' + b"x" * 5000).receive(5.0)
 

@@ -102,7 +102,7 @@ def test_the_claim_parser_reads_the_convention():
     assert parse_claim("Blocks (chapter 5): one class.") == {5}
     assert parse_claim("Timing for the chapters and bench/.") is None
     assert claimed_chapters("distributed") == set()  # "(no chapter imports it ...)"
-    assert claimed_chapters("files") is None
+    assert claimed_chapters("atomic_files") is None
     assert imported_modules("from xfl.data import cifar, text\nimport xfl.bleu\nfrom xfl.train import x",
                             set(module_names())) == {"data.cifar", "data.text", "bleu", "train"}
 
