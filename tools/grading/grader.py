@@ -514,7 +514,8 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m tools.grading", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("autograder", type=Path, help="the chapter's autograder zip")
     parser.add_argument("submissions", type=Path, help="folder of submitted notebooks")
     parser.add_argument("-o", "--output", type=Path, default=Path("grades.csv"))
