@@ -183,23 +183,25 @@ def kill_a_save_halfway(path: Path, anonymous: bool) -> None:
 
 @pytest.mark.skipif(not atomic_files._can_name_anonymous_files(Path(tempfile.gettempdir())),
                     reason="this file system cannot name anonymous files (O_TMPFILE + linkat)")
-def test_a_save_killed_halfway_leaves_the_old_checkpoint_and_nothing_else(tmp_path):
+def old_checkpoint_then_a_killed_save(tmp_path: Path, anonymous: bool):
+    """An 8 MB checkpoint at step 5, then a save over it killed halfway: (model, path, old bytes)."""
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 1024))
     path = saved(tmp_path, model, torch.optim.SGD, step=5)
     before = path.read_bytes()
-    kill_a_save_halfway(path, anonymous=True)
+    kill_a_save_halfway(path, anonymous)
+    return model, path, before
+
+
+def test_a_save_killed_halfway_leaves_the_old_checkpoint_and_nothing_else(tmp_path):
+    model, path, before = old_checkpoint_then_a_killed_save(tmp_path, anonymous=True)
     assert [p.name for p in tmp_path.iterdir()] == ["run.pt"]  # the half-written file had no name
     assert path.read_bytes() == before
     assert load_checkpoint(str(path), model, torch.optim.SGD(model.parameters(), lr=0.1)) == {"step": 5}
 
 
 def test_without_anonymous_files_a_killed_save_s_file_is_removed_by_the_next_load(tmp_path):
-    torch.manual_seed(1)
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 1024))
-    path = saved(tmp_path, model, torch.optim.SGD, step=5)
-    before = path.read_bytes()
-    kill_a_save_halfway(path, anonymous=False)
+    model, path, before = old_checkpoint_then_a_killed_save(tmp_path, anonymous=False)
     hidden = [p.name for p in tmp_path.iterdir() if p.name != "run.pt"]
     assert len(hidden) == 1 and hidden[0].startswith(".run.pt.") and os.path.getsize(tmp_path / hidden[0]) > 4e6
     assert path.read_bytes() == before  # the old checkpoint is intact ...
