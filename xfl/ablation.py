@@ -99,7 +99,7 @@ RECIPES = {
                                steps=1500, batch=64, lr=1e-3, evals=10, valid_windows=1024)),
     "cpu": dict(data=dict(max_chars=40, n_valid=500, n_train=20000), seeds=(0, 1, 2),
                 recipe=Recipe(sizes=dict(d_model=48, num_heads=4, num_layers=2, dropout=0.0), length=32,
-                              steps=200, batch=32, lr=3e-3, evals=5, valid_windows=256, device="cpu")),
+                              steps=600, batch=32, lr=3e-3, evals=6, valid_windows=256, device="cpu")),
     "fast": dict(data=dict(max_chars=40, n_valid=500, n_train=8000), seeds=(0, 1, 2),
                  recipe=Recipe(sizes=dict(d_model=32, num_heads=4, num_layers=2, dropout=0.0), length=32,
                                steps=120, batch=16, lr=3e-3, evals=4, valid_windows=128, device="cpu")),

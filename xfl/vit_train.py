@@ -159,7 +159,7 @@ RECIPES = {
                    epochs=None, max_seconds=600.0, warmup_steps=600),
     # the stored reader run: a small model, trained for a fixed number of epochs on a 2-core CPU
     "cpu": Recipe(ViTConfig(d_model=64, num_heads=4, num_layers=2, d_hidden=128), batch_size=128,
-                  epochs=6, warmup_steps=100, mix_prob=0.0, trivial_augment=False),
+                  epochs=5, warmup_steps=100, mix_prob=0.0, trivial_augment=False),
     # CI: the small model on 2,000 images for 6 epochs or 15 seconds
     "fast": Recipe(ViTConfig(d_model=64, num_heads=4, num_layers=2, d_hidden=128), batch_size=64,
                    epochs=6, max_seconds=15.0, warmup_steps=15, n_train=2000, n_test=500),
