@@ -1,6 +1,6 @@
 """Chapter 10's measurements (xfl.ablation): from the 2017 block to today's decoder block.
 
-    python -m bench.modern              # the CPU recipe (3 seeds; about 10 min on a free core)
+    python -m bench.modern              # the CPU recipe (3 seeds; 6 min on a quiet 2-core machine)
     python -m bench.modern --full       # the GPU recipe (chapter 10's full profile)
     python -m bench.modern --smoke      # tiny and short (a few seconds; for the tests)
 
