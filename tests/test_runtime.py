@@ -51,6 +51,7 @@ def test_the_cpu_profile_picks_its_own_values_or_the_fast_ones(monkeypatch, devi
     assert runtime.profile() == "cpu" and runtime.fast_profile() is False
     assert runtime.pick(full=100, fast=3, cpu=20) == 20
     assert runtime.pick(full=100, fast=3) == 3
+    assert runtime.pick(full=None, fast=3, cpu=None) is None  # None is a value ("no limit"), not "as fast"
     assert runtime.run_banner(fast_minutes=2, t4_minutes=15, cpu_minutes=8) == (
         f"xfl: cpu profile (XFL_PROFILE=cpu) on {device}; expected run time about 8 min on a 2-core CPU")
     assert runtime.run_banner(fast_minutes=2, t4_minutes=15).endswith("about 2 min on a 2-core CPU")

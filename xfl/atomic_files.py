@@ -64,8 +64,10 @@ def _can_name_anonymous_files(folder: Path) -> bool:
         except OSError:
             _answers[device] = False
         else:
+            probe = folder / f".probe.{os.getpid()}.tmp"
             try:
-                _answers[device] = _link(fd, folder / f".probe.{os.getpid()}.tmp", probe=True)
+                _answers[device] = _link(fd, probe) == 0
+                probe.unlink(missing_ok=True)
             finally:
                 os.close(fd)
     return _answers[device]
@@ -75,7 +77,9 @@ def _name_and_replace(fd: int, path: Path) -> None:
     """Give the complete anonymous file a hidden name beside ``path``, then rename it over it."""
     hidden = path.parent / f".{path.name}.{os.getpid()}.{fd}.tmp"
     hidden.unlink(missing_ok=True)
-    _link(fd, hidden)
+    error = _link(fd, hidden)
+    if error:
+        raise OSError(error, f"cannot name the new content of {path}: {os.strerror(error)}", str(hidden))
     try:
         os.replace(hidden, path)
     except BaseException:
@@ -96,18 +100,11 @@ _linkat = _load_linkat()
 _AT_FDCWD, _AT_EMPTY_PATH = -100, 0x1000
 
 
-def _link(fd: int, name: Path, probe: bool = False) -> bool:
-    """linkat(fd, "", AT_FDCWD, name, AT_EMPTY_PATH): name an open file. A probe links and
-    unlinks at once, and says whether it worked, instead of raising."""
-    if _linkat(fd, b"", _AT_FDCWD, os.fsencode(name), _AT_EMPTY_PATH) != 0:
-        if probe:
-            return False
-        error = ctypes.get_errno()
-        raise OSError(error, f"cannot name the new content of {name.name[1:].rsplit('.', 3)[0]}: "
-                             f"{os.strerror(error)}", str(name))
-    if probe:
-        name.unlink()
-    return True
+def _link(fd: int, name: Path) -> int:
+    """linkat(fd, "", AT_FDCWD, name, AT_EMPTY_PATH): give an open file a name; 0 or the errno."""
+    if _linkat(fd, b"", _AT_FDCWD, os.fsencode(name), _AT_EMPTY_PATH) == 0:
+        return 0
+    return ctypes.get_errno()
 
 
 @contextmanager

@@ -73,14 +73,18 @@ def fast_profile() -> bool:
     return profile() == "fast"
 
 
-def pick(full, fast, cpu=None):
-    """The value for the running profile; in the cpu profile ``cpu``, or ``fast`` when omitted.
+_AS_FAST = object()  # pick's cpu value when none is given
+
+
+def pick(full, fast, cpu=_AS_FAST):
+    """The value for the running profile; in the cpu profile ``cpu``, or ``fast`` when omitted
+    (``cpu=None`` is a value: None, e.g. "no limit").
 
     >>> steps = pick(full=20_000, fast=50, cpu=2_000)
     """
     chosen = profile()
     if chosen == "cpu":
-        return fast if cpu is None else cpu
+        return fast if cpu is _AS_FAST else cpu
     return fast if chosen == "fast" else full
 
 
