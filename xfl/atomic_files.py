@@ -66,6 +66,7 @@ def _can_name_anonymous_files(folder: Path) -> bool:
         else:
             probe = folder / f".probe.{os.getpid()}.tmp"
             try:
+                probe.unlink(missing_ok=True)  # left by a killed process of the same pid
                 _answers[device] = _link(fd, probe) == 0
                 probe.unlink(missing_ok=True)
             finally:
