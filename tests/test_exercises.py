@@ -182,6 +182,19 @@ def test_solutions_full_stubs_zero_library_zero(built, chapter, tmp_path):
             assert float(let_through["library"][q.name]) == q.points, (q.name, let_through["library"])
 
 
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_wrong_answer_runner_reads_the_autograders_tests(built, chapter):
+    """tests/test_wrong_answers.py grades in-process from the source: the test files it writes
+    are the autograder zip's, byte for byte, and its questions and points are the zip's."""
+    from test_wrong_answers import otter_test_file, parse
+
+    _, questions = grader.load_autograder(paths(built, chapter)["autograder"])
+    _, parsed = parse(ROOT / "chapters" / chapter / "exercises.md")
+    assert [(q.name, q.points) for q in parsed] == [(q.name, q.points) for q in questions]
+    for mine, theirs in zip(parsed, questions):
+        assert otter_test_file(mine) == theirs.source, f"{chapter} {mine.name}"
+
+
 def test_library_answers_name_real_questions(built, tmp_path):
     """Every entry of tools.grading.library_answers names a question of its chapter and importable functions."""
     from tools.grading.worker import resolve

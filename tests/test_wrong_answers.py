@@ -1,0 +1,226 @@
+"""Wrong answers and no-attempt answers earn nothing: the hidden tests reject them.
+
+Fixture format (one module per chapter, ``tests/wrong_answers/<chapter>.py``)::
+
+    WRONG_ANSWERS: dict[str, dict[str, str]] = {
+        "q1": {  # a graded question of chapters/<chapter>/exercises.md
+            "softmax over the queries, not the keys": '''
+    def attention(q, k, v):
+        ...  # the wrong answer: replaces that question's solution cell
+    ''',
+        },
+    }
+
+Each value is the source of a whole answer cell: it is run after the solution notebook's
+cells (so ``torch``, ``math`` and earlier answers are there) and must define every function
+the question's tests take. Write each one from a mistake a student makes, not a random one.
+
+Checked, in this process and without otter (so it takes seconds): the solution passes every
+test case of every question (the harness is sound); every graded question has at least two
+fixtures; each fixture fails every *hidden* test case of its question (it may pass a public
+sanity check); and generic no-attempt answers (the first argument echoed, zeros shaped like
+it, constants, ``raise NotImplementedError``) fail every test case of every question. The
+tests are the ones ``otter assign`` puts into the autograder zip, read from the source the
+way it reads them (``tests/test_exercises.py`` checks the two agree).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jupytext
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+FIXTURES = Path(__file__).resolve().parent / "wrong_answers"
+MIN_WRONG = 2  # fixtures per graded question
+
+
+# --------------------------------------------------------------- the exercise source
+@dataclass
+class Question:
+    name: str
+    points: float
+    solution: list[str] = field(default_factory=list)  # its answer cells' sources
+    tests: list[str] = field(default_factory=list)  # its test cells' sources
+
+    def functions(self) -> list[str]:
+        """Names of the functions its answer cells define."""
+        return [n.name for s in self.solution for n in ast.parse(s).body
+                if isinstance(n, ast.FunctionDef)]
+
+    def returns_pair(self, function: str) -> bool:
+        """Whether the solution's ``function`` returns a tuple."""
+        for node in (n for s in self.solution for n in ast.walk(ast.parse(s))):
+            if isinstance(node, ast.FunctionDef) and node.name == function:
+                return any(isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
+                           for r in ast.walk(node))
+        return False
+
+
+def marker(cell) -> str:
+    """The first line of a raw cell (``# BEGIN QUESTION``, ...), or '' for other cells."""
+    return cell.source.strip().splitlines()[0] if cell.cell_type == "raw" and cell.source.strip() else ""
+
+
+def parse(source: Path) -> tuple[list[str], list[Question]]:
+    """(shared code cells, questions) of an otter-format ``exercises.md``."""
+    shared, questions, block = [], [], None
+    for cell in jupytext.read(source).cells:
+        mark = marker(cell)
+        if mark == "# BEGIN QUESTION":
+            config = yaml.safe_load(cell.source.split("\n", 1)[1])
+            questions.append(Question(config["name"], float(config["points"])))
+        elif mark in ("# BEGIN SOLUTION", "# BEGIN TESTS"):
+            block = mark.split()[-1]
+        elif mark in ("# END SOLUTION", "# END TESTS"):
+            block = None
+        elif cell.cell_type == "code" and block == "SOLUTION":
+            questions[-1].solution.append(cell.source)
+        elif cell.cell_type == "code" and block == "TESTS":
+            questions[-1].tests.append(cell.source)
+        elif cell.cell_type == "code" and not is_plumbing(cell.source):
+            shared.append(cell.source)
+    return shared, questions
+
+
+def is_plumbing(source: str) -> bool:
+    """The Colab install cell and the otter set-up cell: not part of the answers' namespace."""
+    return "google.colab" in source or "otter.Notebook(" in source
+
+
+def otter_test_file(question: Question) -> str:
+    """The otter test file of a question, written as ``otter assign`` writes it."""
+    lines = ["from otter.test_files import test_case", "", "OK_FORMAT = False", "",
+             f'name = "{question.name}"', f"points = {question.points:g}", ""]
+    for source in question.tests:
+        tree = ast.parse(source)
+        config = yaml.safe_load(tree.body[0].value.value.split("\n", 1)[1]) or {}
+        for node in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+            lines += [f"@test_case(points={config.get('points')}, hidden={bool(config.get('hidden'))})",
+                      ast.unparse(node), ""]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------- grading
+def namespace(shared: list[str], questions: list[Question]) -> dict:
+    """What the solution notebook defines: shared cells and every answer, run in order."""
+    ns: dict = {}
+    for source in shared + [s for q in questions for s in q.solution]:
+        exec(compile(source, "<solution cell>", "exec"), ns)
+    return ns
+
+
+def results(question: Question, ns: dict, answer: str | None = None) -> list[tuple[bool, bool]]:
+    """(hidden, passed) per test case of ``question`` against ``ns``, with ``answer`` (an
+    answer cell's source) run in a copy of it first; as the grader passes them, only callables."""
+    from otter.test_files import ExceptionTestFile
+
+    ns = dict(ns)
+    if answer is not None:
+        exec(compile(answer, f"<answer to {question.name}>", "exec"), ns)
+    env = {k: v for k, v in ns.items() if callable(v) and not k.startswith("_")}
+    tests = ExceptionTestFile.from_string(otter_test_file(question), path=f"{question.name}.py")
+    tests.run(env)
+    return [(r.test_case.hidden, r.passed) for r in tests.test_case_results]
+
+
+NO_ATTEMPT_HELPERS = '''
+def _like(x, value):
+    """``value`` in the shape and kind of ``x``."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        return torch.full_like(x, value)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_like(e, value) for e in x)
+    if isinstance(x, str):
+        return str(value)
+    return type(value)(value) if isinstance(x, (int, float)) else value
+
+def _first(args, kwargs):
+    return args[0] if args else next(iter(kwargs.values()), None)
+'''
+NO_ATTEMPT_BODIES = {  # a no-attempt answer: the body every answer function gets
+    "echoes its first argument": "return _first(args, kwargs)",
+    "zeros shaped like its first argument": "return _like(_first(args, kwargs), 0.0)",
+    "ones shaped like its first argument": "return _like(_first(args, kwargs), 1.0)",
+    "the constant 0": "return 0",
+    "the constant 1.0": "return 1.0",
+    "an empty list": "return []",
+    "raises NotImplementedError": "raise NotImplementedError",
+}
+
+
+def no_attempt(question: Question, body: str) -> str:
+    """An answer cell defining each of the question's functions with ``body`` (returned twice
+    where the solution returns a pair)."""
+    lines = [NO_ATTEMPT_HELPERS]
+    for fn in question.functions():
+        pair = question.returns_pair(fn) and body.startswith("return ")
+        value = body.removeprefix("return ")
+        lines += [f"def {fn}(*args, **kwargs):",
+                  f"    return ({value}, {value})" if pair else f"    {body}"]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- tests
+def sources() -> dict[str, Path]:
+    return {p.parent.name: p for p in sorted(ROOT.glob("chapters/*/exercises.md"))}
+
+
+def wrong_answers(chapter: str) -> dict[str, dict[str, str]]:
+    spec = importlib.util.spec_from_file_location(f"wrong_answers_{chapter}", FIXTURES / f"{chapter}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.WRONG_ANSWERS
+
+
+CHAPTERS = sorted(set(sources()) & {p.stem for p in FIXTURES.glob("ch*.py")})
+
+
+@pytest.fixture(scope="module", params=CHAPTERS)
+def chapter(request):
+    """(name, questions, solution namespace, wrong answers) of a chapter with fixtures."""
+    shared, questions = parse(sources()[request.param])
+    return request.param, questions, namespace(shared, questions), wrong_answers(request.param)
+
+
+def test_solutions_pass_every_case(chapter):
+    name, questions, ns, _ = chapter
+    for q in questions:
+        assert q.tests and q.functions(), f"{name} {q.name}: no tests or no answer function"
+        outcome = results(q, ns)
+        assert all(passed for _, passed in outcome), f"{name} {q.name}: the solution fails {outcome}"
+
+
+def test_every_question_has_wrong_answers(chapter):
+    name, questions, _, wrong = chapter
+    graded = {q.name for q in questions}
+    assert set(wrong) <= graded, f"{name}: fixtures for {sorted(set(wrong) - graded)}, not questions"
+    for q in questions:
+        assert len(wrong.get(q.name, {})) >= MIN_WRONG, \
+            f"{name} {q.name}: {len(wrong.get(q.name, {}))} wrong answers, expected >= {MIN_WRONG}"
+
+
+def test_wrong_answers_fail_every_hidden_case(chapter):
+    name, questions, ns, wrong = chapter
+    for q in questions:
+        for mistake, answer in wrong.get(q.name, {}).items():
+            hidden = [passed for is_hidden, passed in results(q, ns, answer) if is_hidden]
+            assert hidden and not any(hidden), \
+                f"{name} {q.name}: {mistake!r} passes hidden cases {hidden}, expected none"
+
+
+@pytest.mark.parametrize("attempt", NO_ATTEMPT_BODIES)
+def test_no_attempt_earns_nothing(chapter, attempt):
+    name, questions, ns, _ = chapter
+    for q in questions:
+        outcome = results(q, ns, no_attempt(q, NO_ATTEMPT_BODIES[attempt]))
+        assert not any(passed for _, passed in outcome), \
+            f"{name} {q.name}: an answer that {attempt} passes {outcome}, expected no case"
