@@ -1,21 +1,26 @@
-"""A Colab-like Python environment: only what Colab preinstalls, plus what a chapter installs.
+"""A Colab-like Python environment: Colab's preinstalled packages at Colab's versions, plus what
+a chapter installs.
 
 The chapters' first cell runs ``%pip install -q "xfl @ git+<repository>"`` on Colab. This tool
-builds a virtual environment holding Colab's preinstalled packages (the list below), cached
-between runs in ``.venv-colab/`` (or ``$XFL_COLAB_ENV``) and rebuilt only when the list changes,
-then installs exactly
-the requirements of that first cell, with the repository URL replaced by this checkout.
+builds a virtual environment holding the packages of Colab's GPU runtime list
+(``tools/env/colab-runtime.txt``: name==version, with its source and date) at Colab's versions,
+each where it installs on the Python at hand, else the nearest release that does; it prints the
+deviations (Python itself, the local ``+cu128`` build tags PyPI does not serve, any stand-in) and
+refuses an environment that differs from the list beyond them. The environment is cached in
+``.venv-colab/`` (or ``$XFL_COLAB_ENV``) and rebuilt only when the list or the Python changes.
+Then it installs exactly the requirements of that first cell, with the repository URL replaced by
+this checkout.
 
 `make test` runs ``prepare``: it records the environment's packages before and after that install
-(``_build/test-run/colab-env.json``) and registers the environment as the Jupyter kernel
-``xfl-colab-like`` (under ``_build/test-run/jupyter``), on which nbval runs every chapter; the
-checks of ``tests/test_colab.py`` read that record and the executed chapters. Standard library
-only (and ``xfl.atomic_files``). It runs after the build of ``.venv``, whose torch, torchvision, triton
-and CUDA libraries it hard-links instead of installing them a second time (``link_heavy_packages``:
-the same files pip would write, about 6 GB it neither downloads nor writes again).
+and the deviations (``_build/test-run/colab-env.json``) and registers the environment as the
+Jupyter kernel ``xfl-colab-like`` (under ``_build/test-run/jupyter``), on which nbval runs every
+chapter; the checks of ``tests/test_colab.py`` read that record and the executed chapters.
+Standard library only (and ``xfl.atomic_files``). It runs after the build of ``.venv``: CUDA
+libraries of the same release are hard-linked from there (``link_heavy_packages``); Colab's torch
+is an older release than ``.venv``'s, so pip downloads it and the libraries it needs.
 
 Usage (from the repository root):
-    python -m tools.env.colab_env            # create or update .venv-colab, print its python
+    python -m tools.env.colab_env            # create or update .venv-colab, print its deviations
     python -m tools.env.colab_env prepare    # ... install this checkout's xfl, record, register
 """
 
@@ -27,6 +32,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -40,11 +46,7 @@ RUN_DIR = ROOT / "_build" / "test-run"
 RECORD = RUN_DIR / "colab-env.json"  # what `prepare` installed, and where
 KERNELS = RUN_DIR / "jupyter"  # a JUPYTER_PATH entry holding kernels/xfl-colab-like
 
-# What Colab preinstalls and the chapters use (checked 2026-11: ../shared/TOOLING.md). torch and
-# torchvision are whatever pip picks, as Colab ships recent releases; ipywidgets is Colab's 7.7.1;
-# ipykernel runs the notebooks (<7: see requirements-dev.txt).
-COLAB_PREINSTALLED = ["torch", "torchvision", "numpy", "pandas", "matplotlib", "seaborn",
-                      "ipywidgets==7.7.1", "tqdm", "nltk", "scipy", "ipykernel<7"]
+RUNTIME_LIST = Path(__file__).with_name("colab-runtime.txt")  # Colab's versions, with source and date
 PIP_INSTALL = re.compile(r"^\s*%pip install (.+)$", re.M)
 GIT_REQUIREMENT = re.compile(r"git\+\S+?(?=[\"'\s]|$)")
 
@@ -57,11 +59,81 @@ def _pip(env: Path, *args: str) -> None:
     subprocess.run([str(python_of(env)), "-m", "pip", "--disable-pip-version-check", *args], check=True)
 
 
+def normalized(name: str) -> str:
+    """A package name as pip compares it (PEP 503): ``Jinja2`` -> ``jinja2``, ``a_b`` -> ``a-b``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def colab_list(path: Path = RUNTIME_LIST) -> tuple[str, dict[str, str]]:
+    """Colab's Python version and ``{package: version}`` from the runtime list ``path``."""
+    text = path.read_text(encoding="utf-8")
+    python = re.search(r"^# python (\d+\.\d+\.\d+)$", text, re.M)
+    pins = dict(line.split("==") for line in text.splitlines() if line and not line.startswith("#"))
+    if python is None or not pins:
+        raise ValueError(f"{path} must hold a '# python X.Y.Z' line and name==version lines")
+    return python.group(1), {normalized(name): version for name, version in pins.items()}
+
+
+def _dry_run_ok(env: Path, requirements: list[str]) -> bool:
+    """Whether pip could install ``requirements`` together into ``env`` (nothing is installed)."""
+    args = [str(python_of(env)), "-m", "pip", "--disable-pip-version-check", "install", "-q",
+            "--dry-run", "--ignore-installed", *requirements]
+    return subprocess.run(args, capture_output=True).returncode == 0
+
+
+def _available_versions(env: Path, name: str) -> list[str]:
+    out = subprocess.run([str(python_of(env)), "-m", "pip", "index", "versions", name],
+                         capture_output=True, text=True)
+    found = re.search(r"Available versions: (.+)", out.stdout)
+    return found.group(1).split(", ") if found else []
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def nearest_version(wanted: str, available: list[str]) -> str:
+    """The version of ``available`` closest to ``wanted`` (major, then minor, then patch);
+    ValueError if there is none."""
+    if not available:
+        raise ValueError(f"no installable version to stand in for {wanted}")
+    target = _release(wanted)
+    return min(available, key=lambda v: [abs(a - b) for a, b in zip(_release(v), target)])
+
+
+def installable_pins(env: Path, pins: dict[str, str]) -> tuple[dict[str, str], list[dict]]:
+    """What to install for Colab's ``pins`` with ``env``'s Python, and the deviations: a local
+    build tag (``+cu128``: PyPI serves none), or the nearest version where Colab's is not
+    installable here (checked one package at a time only if the whole list fails)."""
+    chosen, deviations = {}, []
+    for name, version in pins.items():
+        chosen[name] = version.split("+")[0]
+        if chosen[name] != version:
+            deviations.append({"package": name, "colab": version, "here": chosen[name],
+                               "why": "PyPI has no local builds; its wheel of the same release"})
+    if _dry_run_ok(env, [f"{n}=={v}" for n, v in chosen.items()]):
+        return chosen, deviations
+    for name, version in list(chosen.items()):
+        if not _dry_run_ok(env, [f"{name}=={version}"]):
+            chosen[name] = nearest_version(version, _available_versions(env, name))
+            deviations.append({"package": name, "colab": pins[name], "here": chosen[name],
+                               "why": f"Colab's release does not install on Python {sys.version.split()[0]}"})
+    return chosen, deviations
+
+
+def check_against_list(installed: dict[str, str], chosen: dict[str, str]) -> dict[str, tuple]:
+    """``{package: (expected, installed)}`` for every package of ``chosen`` that ``installed``
+    (``{name: version}``) does not hold at that version."""
+    have = {normalized(n): v for n, v in installed.items()}
+    return {n: (v, have.get(n)) for n, v in chosen.items() if have.get(n, "").split("+")[0] != v}
+
+
 def ensure_preinstalled(env: Path = DEFAULT_ENV, donor: Path | None = DONOR_ENV) -> Path:
-    """Create ``env`` with Colab's preinstalled packages unless it already holds exactly them.
-    torch and its CUDA libraries are hard-linked from ``donor`` when it has them (see
-    :func:`link_heavy_packages`); pip installs the rest."""
-    spec = json.dumps({"python": sys.version_info[:2], "packages": COLAB_PREINSTALLED})
+    """Create ``env`` with Colab's preinstalled packages (:data:`RUNTIME_LIST`) unless it already
+    holds exactly them; print the deviations. CUDA libraries of the versions Colab's torch needs
+    are hard-linked from ``donor`` where it has them (see :func:`link_heavy_packages`)."""
+    colab_python, pins = colab_list()
+    spec = json.dumps({"python": sys.version_info[:2], "list": pins})
     stamp = env / ".colab-spec"
     if stamp.exists() and stamp.read_text() == spec and python_of(env).exists():
         return python_of(env)
@@ -69,9 +141,25 @@ def ensure_preinstalled(env: Path = DEFAULT_ENV, donor: Path | None = DONOR_ENV)
     venv.EnvBuilder(clear=True, with_pip=True).create(env)
     if donor is not None and python_of(donor).exists():
         link_heavy_packages(donor, env)
-    _pip(env, "install", "-q", *COLAB_PREINSTALLED)
+    chosen, deviations = installable_pins(env, pins)
+    _pip(env, "install", "-q", *(f"{n}=={v}" for n, v in chosen.items()))
+    missing = check_against_list(installed_versions(env), chosen)
+    if missing:
+        raise RuntimeError(f"the Colab-like environment differs from {RUNTIME_LIST.name}: {missing}")
+    deviations.insert(0, {"package": "python", "colab": colab_python, "here": sys.version.split()[0],
+                          "why": "the Python this environment is built with"})
+    write_text_atomic(env / "colab-deviations.json", json.dumps(deviations, indent=1))
     stamp.write_text(spec)
     return python_of(env)
+
+
+def print_deviations(env: Path = DEFAULT_ENV) -> list[dict]:
+    """Print and return how ``env`` differs from Colab's list (written when it was built)."""
+    deviations = json.loads((env / "colab-deviations.json").read_text(encoding="utf-8"))
+    for d in deviations:
+        if d["colab"] != d["here"]:
+            print(f"colab-like: {d['package']} {d['here']} where Colab has {d['colab']} ({d['why']})")
+    return deviations
 
 
 HEAVY = re.compile(r"^(torch|torchvision|triton|nvidia-.*|cuda-.*)$")  # about 6 GB of ~6.3 GB
@@ -130,10 +218,30 @@ def installed_versions(env: Path) -> dict[str, str]:
     return {p["name"].lower(): p["version"] for p in json.loads(out.stdout)}
 
 
-def install_chapter_requirements(env: Path, requirements: list[str]) -> None:
-    """Install what the first cell installs, as on Colab (this checkout's xfl, fresh each time)."""
+REQUIREMENTS = ROOT / "requirements.txt"
+LOWER_BOUND = re.compile(r"^([A-Za-z0-9_.-]+)>=([0-9.]+)\s*$")
+
+
+def lower_bounds(path: Path = REQUIREMENTS) -> dict[str, str]:
+    """``{package: lowest version}`` that ``path`` (requirements.txt) claims to work with."""
+    found = (LOWER_BOUND.match(line) for line in path.read_text(encoding="utf-8").splitlines())
+    return {normalized(m.group(1)): m.group(2) for m in found if m}
+
+
+def oldest_claimed(pins: dict[str, str], path: Path = REQUIREMENTS) -> list[str]:
+    """Constraints ``name==lower bound`` for the requirements Colab does not preinstall, so that
+    the Colab-like run tests the oldest versions we claim (Colab's own are its list's)."""
+    return [f"{name}=={version}" for name, version in lower_bounds(path).items() if name not in pins]
+
+
+def install_chapter_requirements(env: Path, requirements: list[str], constraints: list[str]) -> None:
+    """Install what the first cell installs, as on Colab (this checkout's xfl, fresh each time),
+    the packages Colab lacks at ``constraints`` (``name==version``)."""
     _pip(env, "uninstall", "-q", "-y", "xfl")
-    _pip(env, "install", "-q", "--no-cache-dir", *requirements)  # pip caches the wheel by path
+    with tempfile.TemporaryDirectory() as tmp:
+        pinned = Path(tmp) / "constraints.txt"
+        pinned.write_text("\n".join(constraints) + "\n", encoding="utf-8")
+        _pip(env, "install", "-q", "--no-cache-dir", "-c", str(pinned), *requirements)  # no cache: xfl by path
 
 
 def chapter_notebooks(root: Path = ROOT) -> list[Path]:
@@ -160,14 +268,16 @@ def register_kernel(env: Path, jupyter_dir: Path) -> Path:
 
 
 def prepare(env: Path = DEFAULT_ENV, jupyter_dir: Path = KERNELS, record: Path = RECORD) -> dict:
-    """Build ``env`` if needed, install the chapters' requirements as their first cell does,
-    register the kernel and record ``{env, requirements, before, after, kernel}``."""
+    """Build ``env`` if needed, install the chapters' requirements as their first cell does (what
+    Colab lacks at the oldest versions requirements.txt claims), register the kernel and record
+    ``{env, requirements, constraints, before, after, deviations, kernel}``."""
     ensure_preinstalled(env)
-    requirements = chapters_requirements()
+    requirements, constraints = chapters_requirements(), oldest_claimed(colab_list()[1])
     before = installed_versions(env)
-    install_chapter_requirements(env, requirements)
-    facts = {"env": str(env.resolve()), "requirements": requirements, "before": before,
-             "after": installed_versions(env), "kernel": KERNEL,
+    install_chapter_requirements(env, requirements, constraints)
+    facts = {"env": str(env.resolve()), "requirements": requirements, "constraints": constraints,
+             "before": before,
+             "after": installed_versions(env), "deviations": print_deviations(env), "kernel": KERNEL,
              "kernelspec": str(register_kernel(env, jupyter_dir))}
     write_text_atomic(record, json.dumps(facts, indent=1))
     return facts
@@ -180,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"colab-like: xfl installed into {facts['env']}; kernel {KERNEL} in {facts['kernelspec']}")
     elif not args:
         print(ensure_preinstalled())
+        print_deviations()
     else:
         print(f"usage: python -m tools.env.colab_env [prepare], not {args}", file=sys.stderr)
         return 2
