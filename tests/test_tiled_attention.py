@@ -213,3 +213,78 @@ def test_backend_report_names_the_kernel_that_runs_and_refusals():
         assert report["flash"].startswith("refused: Flash attention requires q,k,v to have the same last dimension")
         assert report["efficient"].startswith("refused:") and report["cudnn"].startswith("refused:")
         assert sdpa_backend_report(q, k, k)["flash"] == "runs"
+
+
+# ------------------------------------------------------------------ FlashAttention-2 backward
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("causal", [False, True])
+def test_fa2_backward_equals_autograd_at_random_sizes(seed, causal):
+    B, H, Lq, Lk, d, dv, bq, bk = random_sizes(seed)
+    Lk = Lk if not causal else max(Lk, Lq)  # causal: every query keeps at least key 0
+    q, k, v = randn(B, H, Lq, d, seed=seed), randn(B, H, Lk, d, seed=seed + 1), randn(B, H, Lk, dv, seed=seed + 2)
+    for t in (q, k, v):
+        t.requires_grad_()
+    grad_out = randn(B, H, Lq, dv, seed=seed + 3)
+    want = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=causal), (q, k, v), grad_out)
+    res = tiled_attention_forward(q.detach(), k.detach(), v.detach(), is_causal=causal, block_q=bq, block_k=bk)
+    got = tiled_attention_backward(q.detach(), k.detach(), v.detach(), res.out, res.lse, grad_out,
+                                   is_causal=causal, block_q=bk, block_k=bq)  # other tiles than the forward's
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **TOL)
+
+
+def test_fa2_backward_skips_the_causal_tiles_above_the_diagonal():
+    from xfl.attention import trusted_inputs
+    from xfl.tiled_attention import elements_read
+
+    L, d, bq, bk = 96, 8, 16, 32
+    q, k, v, grad_out = (randn(1, 2, L, d, seed=s) for s in range(4))
+    res = tiled_attention_forward(q, k, v, is_causal=True, block_q=bq, block_k=bk)
+    reads = {}
+    for causal in (False, True):
+        with trusted_inputs():  # without the input check's own pass over k
+            reads[causal] = elements_read(lambda: tiled_attention_backward(
+                q, k, v, res.out, res.lse, grad_out, is_causal=causal, block_q=bq, block_k=bk), k)
+    per_tile = 2 * 2 * bk * d  # each tile reads its key block twice (S = QKᵀ, dQ = dS K), 2 heads
+    visited, skipped = causal_block_counts(L, L, bq, bk)
+    assert reads[True] == visited * per_tile and reads[False] == (visited + skipped) * per_tile, reads
+
+
+def test_forward_reads_k_and_v_once_per_query_block():
+    from xfl.attention import trusted_inputs
+    from xfl.tiled_attention import elements_read, tiled_bytes_moved
+
+    L, d = 100, 8
+    q, k, v = (randn(1, L, d, seed=s) for s in range(3))
+    for bq in (7, 25, 100):
+        with trusted_inputs():
+            got = elements_read(lambda: tiled_attention(q, k, v, block_q=bq, block_k=16), k, v)
+        assert got == math.ceil(L / bq) * 2 * L * d, (bq, got)
+        assert tiled_bytes_moved(L, L, d, d, bq, 4) == 4 * (2 * L * d + L + got)  # + q, out, lse
+
+
+def test_16_bit_inputs_accumulate_in_float32():
+    qf, kf, vf = (randn(2, 2, 200, 32, seed=s) for s in range(3))
+    want = F.scaled_dot_product_attention(qf, kf, vf)
+    qb, kb, vb = (x.bfloat16() for x in (qf, kf, vf))
+    res = tiled_attention_forward(qb, kb, vb)
+    assert res.out.dtype == torch.bfloat16 and res.lse.dtype == torch.float32
+    err = lambda o: (o.double() - want).abs().mean().item()  # noqa: E731
+    in_bf16 = tiled_attention(qb, kb, vb, accumulate=torch.bfloat16)
+    assert err(res.out) < 0.8 * err(in_bf16), (err(res.out), err(in_bf16))
+    assert err(res.out) < 1.5 * err(F.scaled_dot_product_attention(qb, kb, vb))
+
+
+def test_nan_inputs_are_refused_or_propagate_never_become_zeros():
+    q, k, v = randn(1, 6, 4), randn(1, 6, 4, seed=1), randn(1, 6, 4, seed=2)
+    q[0, 2, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"q holds 1 NaN or inf value\(s\), the first nan at index \(0, 2, 1\)"):
+        tiled_attention(q, k, v, block_q=4, block_k=4)
+    k[0, 3, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"k holds 1 NaN or inf"):
+        tiled_attention(q.nan_to_num(), k, v)
+    out = tiled_attention(q.requires_grad_(), k.nan_to_num(posinf=0.0), v, block_q=4, block_k=4)
+    assert out[0, 2].isnan().all() and not out[0, [0, 1, 3, 4, 5]].isnan().any()  # autograd-tracked: not read
+    row = torch.tensor([[1.0, float("nan"), 2.0], [float("-inf")] * 3], dtype=torch.float64)
+    got = online_softmax(row, 2)
+    assert got[0].isnan().all() and (got[1] == 0).all()  # NaN stays NaN; a masked row is zeros
