@@ -154,3 +154,12 @@ def test_mean_pooling_ignores_patch_order_after_the_positions():
 def test_vit_config_names_a_bad_pool():
     with pytest.raises(ValueError, match="max"):
         ViTConfig(pool="max")
+
+
+def test_vit_refuses_an_empty_batch_and_images_of_another_dtype():
+    model = ViT(ViTConfig(image_size=8, patch_size=4, d_model=16, num_heads=2, num_layers=1))
+    with pytest.raises(ValueError, match=r"at least one image, got an empty batch \(0, 3, 8, 8\)"):
+        model(torch.zeros(0, 3, 8, 8))
+    with pytest.raises(ValueError, match=r"weights' dtype torch.float32, got torch.float64"):
+        model(torch.zeros(2, 3, 8, 8, dtype=torch.float64))
+    assert model.double()(torch.zeros(2, 3, 8, 8, dtype=torch.float64)).dtype == torch.float64

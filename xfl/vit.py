@@ -30,11 +30,17 @@ def _check_images(images: Tensor, patch_size: int) -> None:
         raise ValueError(f"image size {H}x{W} is not divisible by patch_size={patch_size}")
 
 
-def _check_pixels(images: Tensor, channels: int) -> None:
-    """Float images with ``channels`` channels and finite pixels (uint8 must be normalised first)."""
+def _check_pixels(images: Tensor, channels: int, dtype: torch.dtype) -> None:
+    """A non-empty batch of float images in the weights' ``dtype`` with ``channels`` channels and
+    finite pixels (uint8 must be normalised first)."""
+    if images.shape[0] == 0:
+        raise ValueError(f"images must hold at least one image, got an empty batch {tuple(images.shape)}")
     if not images.is_floating_point():
         raise ValueError(f"images must be floating point, got {images.dtype}; convert uint8 pixels "
                          f"first (e.g. xfl.data.cifar.normalize)")
+    if images.dtype != dtype:
+        raise ValueError(f"images must have the weights' dtype {dtype}, got {images.dtype} "
+                         f"(convert with images.to({dtype}))")
     if images.shape[1] != channels:
         raise ValueError(f"images must have {channels} channels (in_channels), got {images.shape[1]} "
                          f"in shape {tuple(images.shape)}")
@@ -79,7 +85,7 @@ class PatchEmbedding(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         _check_images(images, self.patch_size)
-        _check_pixels(images, self.proj.in_channels)
+        _check_pixels(images, self.proj.in_channels, self.proj.weight.dtype)
         return self.proj(images).flatten(2).transpose(1, 2)  # (B, D, rows, cols) -> (B, N, D)
 
     def as_linear(self) -> nn.Linear:
