@@ -7,7 +7,8 @@ from xfl.data.text import EOS, PAD, SOS, UNK, clean, detokenize, normalize_text,
 from xfl.decode import greedy_decode, sequence_log_prob
 from xfl.model import Seq2SeqTransformer
 from xfl.checkpoint import LastWeights
-from xfl.translation import choose_decoding, choose_weights, heldout_bleu, prepare_task, translate
+from xfl.translation import (bleu_by_length, bleu_conditions, choose_decoding, choose_weights, describe_conditions,
+                             heldout_bleu, prepare_task, translate)
 
 WORDS = ["cat", "dog", "red", "big", "sees", "the", "a", "runs"]
 SPANISH = {"cat": "gato", "dog": "perro", "red": "rojo", "big": "grande", "sees": "ve",
@@ -155,3 +156,36 @@ def test_translate_with_and_without_the_cache_agree(subwords):
 def test_a_validation_fraction_that_leaves_no_training_side_is_refused():
     with pytest.raises(ValueError, match=r"valid_fraction must lie in \[0, 1 - test_fraction\).*got 0.9"):
         prepare_task(made_up_pairs(), test_fraction=0.2, valid_fraction=0.9)
+
+
+def test_bleu_conditions_count_references_overlap_and_case():
+    pairs = made_up_pairs()
+    split = split_by_english(pairs, test_fraction=0.2, seed=0)
+    pairs += [(split.test[0][0], es) for _, es in split.train[:5]]  # training targets as references
+    task = prepare_task(pairs, test_fraction=0.2, min_freq=1)
+    shouted = [refs[0].upper() for _, refs in task.test]  # right words, wrong case
+    c = bleu_conditions(task, shouted)
+    assert c["one_reference"] == pytest.approx(100.0) and c["one_reference_cased"] < 1.0
+    assert c["references"] == sum(len(refs) for _, refs in task.test) / len(task.test)
+    assert c["longest"] == max(len(tokenize(en)) for en, _ in task.test) and c["sentences"] == len(task.test)
+    seen = {tuple(task.tgt_vocab.decode(tgt)) for _, tgt in task.train}
+    by_hand = sum(any(tuple(tokenize(r)) in seen for r in refs) for _, refs in task.test)
+    assert 0 < by_hand < len(task.test) and c["in_training"] == by_hand / len(task.test)
+    assert all(len(line) <= 80 for line in describe_conditions(c).splitlines())
+    with pytest.raises(ValueError, match=f"need 1 to {len(task.test)} hypotheses.*got 0"):
+        bleu_conditions(task, [])
+
+
+def test_bleu_by_length_scores_each_bucket_on_its_own_sentences():
+    task = prepare_task(made_up_pairs(), max_len=6, test_fraction=0.2, min_freq=1)
+    lengths = [len(tokenize(en)) for en, _ in task.test]
+    hyps = [refs[0] if n >= 5 else "nada" for n, (_, refs) in zip(lengths, task.test)]  # long ones exact
+    rows = bleu_by_length(task, hyps, width=1)
+    assert [r["shortest"] for r in rows] == sorted(set(lengths)) == [3, 4, 5, 6]
+    assert [r["sentences"] for r in rows] == [lengths.count(n) for n in sorted(set(lengths))]
+    assert [round(r["bleu"]) for r in rows] == [0, 0, 100, 100]
+    assert [r["exact"] for r in rows] == [0.0, 0.0, 1.0, 1.0]
+    assert [r["sentences"] for r in bleu_by_length(task, hyps, width=2)] == [
+        lengths.count(3) + lengths.count(4), lengths.count(5) + lengths.count(6)]
+    with pytest.raises(ValueError, match="width must be >= 1.*got 0"):
+        bleu_by_length(task, hyps, width=0)

@@ -165,11 +165,13 @@ def reference_streams(references: Sequence[Sequence[str]]) -> list[list[str | No
     return [[r[i] if i < len(r) else None for r in references] for i in range(most)]
 
 
-def sacrebleu_score(hypotheses: Sequence[str], groups: Sequence[tuple[str, Sequence[str]]]) -> tuple[float, str]:
-    """Multi-reference, case-insensitive sacreBLEU of detokenized ``hypotheses`` against the raw
-    references of ``groups`` (``[(english, [spanish, ...])]``); returns (score, signature)."""
+def sacrebleu_score(hypotheses: Sequence[str], groups: Sequence[tuple[str, Sequence[str]]],
+                    lowercase: bool = True) -> tuple[float, str]:
+    """Multi-reference sacreBLEU of detokenized ``hypotheses`` against the raw references of
+    ``groups`` (``[(english, [spanish, ...])]``), case-insensitive unless ``lowercase=False``;
+    returns (score, signature)."""
     import sacrebleu
 
-    metric = sacrebleu.metrics.BLEU(lowercase=True)
+    metric = sacrebleu.metrics.BLEU(lowercase=lowercase)
     score = metric.corpus_score(list(hypotheses), reference_streams([refs for _, refs in groups]))
     return score.score, str(metric.get_signature())

@@ -181,7 +181,79 @@ def heldout_bleu(model: nn.Module, task: TranslationTask, beam_size: int = 4, li
     examples = [{"english": en, "xfl": hyp, "references": refs}
                 for (en, refs), hyp in list(zip(groups, hypotheses))[:5]]
     return {"bleu": bleu, "signature": signature, "split": split, "sentences": len(groups),
-            "examples": examples}
+            "examples": examples, "hypotheses": hypotheses}
+
+
+# ------------------------------------------------ what a held-out score rests on
+def _scored_groups(task: TranslationTask, hypotheses: Sequence[str], split: str) -> list:
+    """The first ``len(hypotheses)`` groups of ``split``: the sentences those were decoded from."""
+    if split not in ("valid", "test"):
+        raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
+    groups = getattr(task, split)
+    if not 0 < len(hypotheses) <= len(groups):
+        raise ValueError(f"need 1 to {len(groups)} hypotheses (one per {split} sentence, in order), "
+                         f"got {len(hypotheses)}")
+    return groups[: len(hypotheses)]
+
+
+def references_in_training(task: TranslationTask, groups: Sequence[tuple[str, Sequence[str]]]) -> int:
+    """How many ``groups`` have a reference whose tokens equal a training target. A reference
+    with a word outside the vocabulary never counts (its ``<unk>`` may stand for another word)."""
+    targets = {tuple(tgt) for _, tgt in task.train}
+
+    def seen(reference: str) -> bool:
+        ids = task.tgt_vocab.encode(task.tokenizer.tokens(reference))
+        return UNK not in ids and tuple(ids) in targets
+
+    return sum(any(seen(r) for r in refs) for _, refs in groups)
+
+
+def bleu_conditions(task: TranslationTask, hypotheses: Sequence[str], split: str = "test") -> dict:
+    """What a held-out BLEU of ``hypotheses`` (the first sentences of ``split``, in order) rests
+    on: sentence lengths in English tokens (punctuation included), references per sentence, the
+    share with a reference seen as a training target, and the same output scored against the
+    first reference alone, lower-cased and cased (the WMT convention)."""
+    groups = _scored_groups(task, hypotheses, split)
+    lengths, counts = [len(tokenize(en)) for en, _ in groups], [len(refs) for _, refs in groups]
+    first = [(en, refs[:1]) for en, refs in groups]
+    return {"split": split, "sentences": len(groups), "longest": max(lengths),
+            "mean_length": sum(lengths) / len(groups), "references": sum(counts) / len(groups),
+            "two_or_more": sum(n >= 2 for n in counts) / len(groups),
+            "in_training": references_in_training(task, groups) / len(groups),
+            "one_reference": sacrebleu_score(hypotheses, first)[0],
+            "one_reference_cased": sacrebleu_score(hypotheses, first, lowercase=False)[0]}
+
+
+def describe_conditions(c: dict) -> str:
+    """``bleu_conditions`` in four lines of at most 80 characters."""
+    return (f"{c['sentences']} {c['split']} sentences of at most {c['longest']} English tokens "
+            f"(mean {c['mean_length']:.1f}),\n"
+            f"scored lower-cased against {c['references']:.2f} references each "
+            f"({c['two_or_more']:.0%} have 2 or more);\n"
+            f"at least {c['in_training']:.0%} have a reference identical to a training target.\n"
+            f"Against the first reference only: {c['one_reference']:.1f} lower-cased, "
+            f"{c['one_reference_cased']:.1f} cased.")
+
+
+def bleu_by_length(task: TranslationTask, hypotheses: Sequence[str], split: str = "test",
+                   width: int | None = None) -> list[dict]:
+    """sacreBLEU, and the share of translations equal to a reference (case ignored), per bucket
+    of English length (tokens, punctuation included), ``width`` lengths per bucket (default:
+    five buckets up to ``task.max_len``); empty buckets are left out."""
+    if width is not None and width < 1:
+        raise ValueError(f"width must be >= 1 (lengths per bucket), got {width}")
+    groups = _scored_groups(task, hypotheses, split)
+    width = width or max(1, -(-task.max_len // 5))
+    buckets: dict[int, list] = {}
+    for hyp, group in zip(hypotheses, groups):
+        buckets.setdefault((len(tokenize(group[0])) - 1) // width, []).append((hyp, group))
+    rows = []
+    for b, members in sorted(buckets.items()):
+        hyps, grouped = zip(*members)
+        exact = sum(any(tokenize(h) == tokenize(r) for r in refs) for h, (_, refs) in members)
+        rows.append({"shortest": b * width + 1, "longest": (b + 1) * width, "sentences": len(members),
+                     "bleu": sacrebleu_score(list(hyps), list(grouped))[0], "exact": exact / len(members)})
+    return rows
 
 
 def choose_decoding(model: nn.Module, task: TranslationTask, beam_sizes: Sequence[int] = (1, 4),
