@@ -1,0 +1,142 @@
+"""Chapter 6's plausible wrong answers: each must earn 0 on its question's hidden tests."""
+
+WRONG_ANSWERS: dict[str, dict[str, str]] = {
+    "q1": {
+        "off by one: range(len - n) drops the last n-gram": '''
+def ngram_counts(tokens, n):
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n))
+''',
+        "a set of n-grams: every count is 1": '''
+def ngram_counts(tokens, n):
+    return Counter(set(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)))
+''',
+    },
+    "q2": {
+        "no clipping: every hypothesis n-gram found in a reference counts": '''
+def clipped_precision(hypothesis, references, n):
+    hyp = ngram_counts(hypothesis, n)
+    total = sum(hyp.values())
+    if total == 0:
+        return 0.0
+    seen = set()
+    for ref in references:
+        seen |= set(ngram_counts(ref, n))
+    return sum(c for g, c in hyp.items() if g in seen) / total
+''',
+        "clips by the counts summed over all references, not the most in one": '''
+def clipped_precision(hypothesis, references, n):
+    hyp = ngram_counts(hypothesis, n)
+    total = sum(hyp.values())
+    if total == 0:
+        return 0.0
+    pooled = Counter()
+    for ref in references:
+        pooled += ngram_counts(ref, n)
+    return sum(min(c, pooled[g]) for g, c in hyp.items()) / total
+''',
+    },
+    "q3": {
+        "the ratio upside down: exp(1 - c / r)": '''
+def brevity_penalty(hyp_len, ref_len):
+    if hyp_len > ref_len:
+        return 1.0
+    if hyp_len == 0:
+        return 0.0
+    return math.exp(1 - hyp_len / ref_len)
+''',
+        "no cap: longer hypotheses get a bonus above 1": '''
+def brevity_penalty(hyp_len, ref_len):
+    if hyp_len == 0:
+        return 0.0
+    return math.exp(1 - ref_len / hyp_len)
+''',
+    },
+    "q4": {
+        "the same sentence twice: pooling changes nothing": '''
+def corpus_beats_sentences():
+    hyp = "the cat sat on the mat".split()
+    ref = ["the cat sat on the red mat today".split()]
+    return [hyp, list(hyp)], [ref, list(ref)]
+''',
+        "two perfect sentences: every score is 1, the corpus is not higher": '''
+def corpus_beats_sentences():
+    a, b = "the cat sat on the mat".split(), "a dog ran in the big park".split()
+    return [a, b], [[list(a)], [list(b)]]
+''',
+    },
+    "q5": {
+        "no clipping: p1 = 7/7": '''
+def repeated_word_bleu():
+    return 1.0, 0.0
+''',
+        "drops the zero bigram precision from the geometric mean": '''
+def repeated_word_bleu():
+    p1 = 2 / 7
+    return p1, math.sqrt(p1)
+''',
+        "arithmetic mean of the precisions for N = 2": '''
+def repeated_word_bleu():
+    p1, p2 = 2 / 7, 0.0
+    return p1, (p1 + p2) / 2
+''',
+    },
+    "q6": {
+        "ranks by the raw sum (the penalty only at the final choice)": '''
+def prune_beams(scores, lengths, log_probs, done, alpha, pad):
+    B, K, V = log_probs.shape
+    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
+    only_pad[pad] = 0.0
+    log_probs = torch.where(done[..., None], only_pad, log_probs)
+    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
+    new_lengths = (lengths + (~done).to(lengths.dtype))[..., None].expand(B, K, V).reshape(B, K * V)
+    index = new_scores.topk(K, dim=-1).indices
+    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
+''',
+        "divides by the length before the new token": '''
+def prune_beams(scores, lengths, log_probs, done, alpha, pad):
+    B, K, V = log_probs.shape
+    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
+    only_pad[pad] = 0.0
+    log_probs = torch.where(done[..., None], only_pad, log_probs)
+    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
+    old = lengths[..., None].expand(B, K, V).reshape(B, K * V)
+    new_lengths = (lengths + (~done).to(lengths.dtype))[..., None].expand(B, K, V).reshape(B, K * V)
+    index = (new_scores / old.to(new_scores.dtype) ** alpha).topk(K, dim=-1).indices
+    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
+''',
+        "a finished beam's length keeps growing": '''
+def prune_beams(scores, lengths, log_probs, done, alpha, pad):
+    B, K, V = log_probs.shape
+    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
+    only_pad[pad] = 0.0
+    log_probs = torch.where(done[..., None], only_pad, log_probs)
+    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
+    new_lengths = (lengths + 1)[..., None].expand(B, K, V).reshape(B, K * V)
+    index = (new_scores / new_lengths.to(new_scores.dtype) ** alpha).topk(K, dim=-1).indices
+    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
+''',
+        "returns the normalised scores instead of the raw sums": '''
+def prune_beams(scores, lengths, log_probs, done, alpha, pad):
+    B, K, V = log_probs.shape
+    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
+    only_pad[pad] = 0.0
+    log_probs = torch.where(done[..., None], only_pad, log_probs)
+    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
+    new_lengths = (lengths + (~done).to(lengths.dtype))[..., None].expand(B, K, V).reshape(B, K * V)
+    ranking = new_scores / new_lengths.to(new_scores.dtype) ** alpha
+    best, index = ranking.topk(K, dim=-1)
+    return index // V, index % V, best, new_lengths.gather(1, index)
+''',
+        "parent = index % K (the flat index split the wrong way)": '''
+def prune_beams(scores, lengths, log_probs, done, alpha, pad):
+    B, K, V = log_probs.shape
+    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
+    only_pad[pad] = 0.0
+    log_probs = torch.where(done[..., None], only_pad, log_probs)
+    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
+    new_lengths = (lengths + (~done).to(lengths.dtype))[..., None].expand(B, K, V).reshape(B, K * V)
+    index = (new_scores / new_lengths.to(new_scores.dtype) ** alpha).topk(K, dim=-1).indices
+    return index % K, index // K, new_scores.gather(1, index), new_lengths.gather(1, index)
+''',
+    },
+}
