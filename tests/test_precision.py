@@ -97,3 +97,19 @@ def test_a_t4_style_fp16_run_trains_without_overflow(monkeypatch):
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < 0.7 * losses[0], losses
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_compilation_pays_only_past_its_break_even():
+    """COMPILE_SECONDS per shape against the time saved, 1 - 1/COMPILE_SPEEDUP of the run."""
+    from xfl.precision import COMPILE_SECONDS, COMPILE_SPEEDUP, compile_pays
+
+    break_even = COMPILE_SECONDS / (1 - 1 / COMPILE_SPEEDUP)  # eager seconds per shape: 90
+    assert not compile_pays(0.01, steps=1000, max_seconds=None)  # 10 s of training
+    assert compile_pays(break_even / 1000 * 1.01, steps=1000, max_seconds=None)
+    assert not compile_pays(break_even / 1000 * 1.01, steps=1000, max_seconds=None, shapes=2)
+    assert not compile_pays(1.0, steps=10_000, max_seconds=60.0)  # the budget caps the run
+    assert compile_pays(1.0, steps=None, max_seconds=420.0, shapes=4)  # 140 s saved > 120 s
+    with pytest.raises(ValueError, match="needs steps or max_seconds"):
+        compile_pays(1.0, steps=None, max_seconds=None)
+    with pytest.raises(ValueError, match="shapes >= 1, got 1.0 and 0"):
+        compile_pays(1.0, steps=10, max_seconds=None, shapes=0)

@@ -397,7 +397,8 @@ def test_every_compilation_happens_before_the_clock_starts(monkeypatch, bucketin
     if bucketing:
         data = lambda epoch: bucketed(copy_batches(pairs, 8, epoch), 8, multiple=8)  # noqa: E731
     shapes = bucket_batches(8, longest=15, multiple=8) if bucketing else None
-    config = TrainConfig(steps=12, lr=1e-3, warmup=2, log_every=100, progress=False, device="cpu")
+    config = TrainConfig(steps=12, lr=1e-3, warmup=2, log_every=100, progress=False, device="cpu",
+                         compile=True)
     train(copy_model(), data, counted_loss, config, shapes=shapes)
     torch._dynamo.reset()
     before_clock = len(shapes) + 1 if bucketing else 1  # the precompiled shapes, then step 1
@@ -406,6 +407,28 @@ def test_every_compilation_happens_before_the_clock_starts(monkeypatch, bucketin
         assert max(compiled_at) <= len(shapes), compiled_at  # none during the 12 steps
     else:
         assert max(compiled_at) > before_clock, compiled_at  # a new shape recompiled on the clock
+
+
+@pytest.mark.parametrize("compile_seconds, compiles", [(30.0, False), (0.0, True)])
+def test_auto_compiles_only_a_run_long_enough_to_pay_for_it(monkeypatch, compile_seconds, compiles):
+    """With compilation available (a faked capable GPU's precision, on the CPU), "auto" times one
+    eager step and compiles only when ``compile_pays``: a 12-step toy run never repays 30 s of
+    compilation; at a (fictitious) cost of 0 s it does. Either way training is unchanged."""
+    from xfl.precision import Precision
+
+    compiled = []
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: compiled.append(model) or compile_(
+        model, backend=lambda graph, example_inputs: graph.forward))
+    monkeypatch.setattr(T, "choose_precision", lambda device, amp=True: Precision("fp32", "cpu", compile=True))
+    monkeypatch.setattr("xfl.precision.COMPILE_SECONDS", compile_seconds)
+    torch._dynamo.reset()
+    pairs = copy_pairs(64, min_len=3, max_len=3)
+    config = TrainConfig(steps=12, lr=1e-3, warmup=2, log_every=100, progress=False, device="cpu")
+    state = train(copy_model(), partial(copy_batches, pairs, 8), seq2seq_loss, config)
+    torch._dynamo.reset()
+    assert bool(compiled) is compiles and state.step == 12
+    assert state.compile_seconds > 0  # the timed eager step is reported with compilation
 
 
 def test_bucketed_batches_give_the_loss_of_the_unpadded_ones():

@@ -8,6 +8,10 @@
 ``XFL_PRECISION`` (``bf16``, ``fp16``, ``fp32`` or ``auto``) forces a choice, e.g.
 ``XFL_PRECISION=fp16`` runs the T4 path on an H100. A forced choice keeps the compilation rule:
 only bf16 on CUDA compiles.
+
+Where compilation works, a run still compiles only when it pays (:func:`compile_pays`): the book
+trains many small models for a few hundred steps, and compiling each input shape costs seconds to
+a minute, more than such a run saves. ``xfl.train`` times one eager step and applies the rule.
 """
 
 from __future__ import annotations
@@ -76,3 +80,25 @@ def choose_precision(device: torch.device | str, capability: tuple[int, int] | N
     name = requested if requested != "auto" else ("bf16" if native_bf16 else "fp16")
     name = name if amp else "fp32"
     return Precision(name, "cuda", compile=name == "bf16" and native_bf16)
+
+
+# The rule's two assumptions (to be replaced by measurements on a GPU): compiling one input shape
+# of one of the book's models costs about COMPILE_SECONDS, and a compiled step takes
+# 1 / COMPILE_SPEEDUP of an eager one. Break-even: 90 s of eager training per shape.
+COMPILE_SECONDS = 30.0
+COMPILE_SPEEDUP = 1.5
+
+
+def compile_pays(eager_step_seconds: float, steps: int | None, max_seconds: float | None,
+                 shapes: int = 1) -> bool:
+    """Whether compiling a run saves time. Its expected eager training time (``steps`` steps of
+    ``eager_step_seconds``, capped by the ``max_seconds`` budget) times the fraction compilation
+    saves, 1 - 1/COMPILE_SPEEDUP, must exceed COMPILE_SECONDS for each of its ``shapes``."""
+    if eager_step_seconds < 0 or shapes < 1:
+        raise ValueError(f"expected eager_step_seconds >= 0 and shapes >= 1, got "
+                         f"{eager_step_seconds} and {shapes}")
+    limits = [s for s in (None if steps is None else steps * eager_step_seconds, max_seconds)
+              if s is not None]
+    if not limits:
+        raise ValueError("a run needs steps or max_seconds to estimate its length, got neither")
+    return min(limits) * (1 - 1 / COMPILE_SPEEDUP) > COMPILE_SECONDS * shapes

@@ -5,8 +5,8 @@
 norms, position embeddings or a class token) under a learning-rate schedule driven by progress
 (steps, or seconds of training, whichever the config sets): Vaswani et al.'s inverse square
 root or a warm-up + cosine decay. Each step runs in the device's precision (``xfl.precision``:
-bf16 and ``torch.compile`` on recent GPUs, fp16 with a gradient scaler on a T4, fp32 on a
-CPU), clips the gradient norm and reads nothing back from the device: losses, token counts
+bf16 and ``torch.compile`` on recent GPUs where a run is long enough to repay compiling it,
+fp16 with a gradient scaler on a T4, fp32 on a CPU), clips the gradient norm and reads nothing back from the device: losses, token counts
 and norms stay there until a log line needs them. Compilation and the first step happen
 before the training clock starts and are reported apart (``compile_seconds``). Checkpoints
 (``xfl.checkpoint``) resume a run exactly; under ``torchrun`` the same call trains with
@@ -55,7 +55,7 @@ from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_sta
 from .distributed import (Processes, from_main, join, mean_over_processes, shard, sum_over_processes,
                           unwrap, wrap)
 from .inference import eval_mode
-from .precision import Precision, choose_precision
+from .precision import Precision, choose_precision, compile_pays
 from .runtime import default_device, seed_everything
 from .timing import synchronize
 
@@ -133,7 +133,8 @@ class TrainConfig:
     eps: float = 1e-9
     clip_norm: float | None = 1.0  # None = no clipping
     amp: bool = True  # mixed precision where the device has it (xfl.precision); False = fp32
-    compile: bool = True  # torch.compile where xfl.precision says it works (bf16 on CUDA >= 8.0)
+    compile: bool | str = "auto"  # where xfl.precision says it works (bf16 on CUDA >= 8.0): "auto"
+    #                               compiles when xfl.precision.compile_pays, True always, False never
     seed: int = 0
     log_every: int = 10
     grad_norm_every: int = 0  # record per-layer gradient norms every k steps (0 = never)
@@ -193,6 +194,9 @@ def train(model: nn.Module, data: Callable[[int], Iterable], loss_fn: Callable, 
     before the clock starts (``precompile``). Chapter 5's ``fit`` is this loop's core."""
     run = start(model, split_over_calls(config, model, resume), resume)  # device, DDP, precision, state
     config, state = run.config, run.state
+    shapes = None if shapes is None else list(shapes)
+    if config.compile == "auto" and run.precision.compile and not finished(run):
+        compile_if_it_pays(run, loss_fn, shapes or [next(iter(data(state.epoch)))])
     if shapes is not None and not finished(run):
         precompile(run, loss_fn, shapes)
     batches, bar = _batches_from(data, state, run.processes), progress_bar(run)
@@ -319,7 +323,9 @@ def start(model: nn.Module, config: TrainConfig, resume: bool) -> Run:
     if resume and config.checkpoint_path and os.path.exists(config.checkpoint_path):
         state = TrainState(**load_checkpoint(config.checkpoint_path, model, optimizer, scaler,
                                              map_location=processes.device))
-    net = torch.compile(model) if config.compile and precision.compile else model
+    if config.compile not in (True, False, "auto"):
+        raise ValueError(f"compile must be True, False or 'auto', got {config.compile!r}")
+    net = torch.compile(model) if config.compile is True and precision.compile else model
     zeros = partial(torch.zeros, (), device=processes.device)
     return Run(config, model, wrap(net, processes).train(), optimizer, scaler, precision, processes,
                state, loss_sum=zeros(), target_sum=zeros(dtype=torch.int64), seconds_before=state.seconds,
@@ -429,6 +435,39 @@ def finish(run: Run, evaluate: Callable[[nn.Module], dict] | None, on_log) -> No
 
 
 # ------------------------------------------------------------ compilation before the clock starts
+def eager_step_seconds(run: Run, loss_fn: Callable, batch) -> float:
+    """Seconds of one eager forward and backward of ``run.model`` on ``batch`` (after one
+    untimed warm-up), the slowest process's under DDP; gradients and random states are left as
+    they were."""
+    saved, model = rng_state(), run.model.train()
+    seconds = []
+    for _ in range(2):
+        began = time.perf_counter()
+        with run.precision.autocast(), trusted_inputs():
+            loss, _ = loss_fn(model, _to_device(batch, run.device))
+        run.scaler.scale(loss).backward()
+        synchronize(run.device)
+        seconds.append(time.perf_counter() - began)
+    run.optimizer.zero_grad(set_to_none=True)
+    set_rng_state(saved)
+    slowest = torch.tensor(seconds[-1], device=run.device)
+    if run.processes.world > 1:
+        torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX)
+    return float(slowest)
+
+
+def compile_if_it_pays(run: Run, loss_fn: Callable, shapes: list) -> None:
+    """Compile the model when ``xfl.precision.compile_pays`` says that this run's steps (timed
+    eagerly on ``shapes[0]``) save more than compiling its ``len(shapes)`` shapes costs."""
+    began = time.perf_counter()
+    step = eager_step_seconds(run, loss_fn, shapes[0])
+    remaining = None if run.config.steps is None else run.config.steps - run.state.step
+    budget = None if run.config.max_seconds is None else run.config.max_seconds - run.state.seconds
+    if compile_pays(step, remaining, budget, shapes=len(shapes)):
+        run.net = torch.compile(run.net)  # around DDP where there is one, as PyTorch advises
+    run.state.compile_seconds += time.perf_counter() - began
+
+
 def precompile(run: Run, loss_fn: Callable, batches: Iterable) -> None:
     """Run ``loss_fn`` forward and backward on each of ``batches`` (one per input shape the data
     will produce) with no optimizer step, so that a compiled model compiles every shape before
