@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xfl.vit import PatchEmbedding, ViT, ViTConfig, patchify, unpatchify
+from xfl.vit import PatchEmbedding, ViT, ViTConfig, patchify, to_torchvision, unpatchify
 
 
 def images(B=2, C=3, H=8, W=12, seed=0):
@@ -163,3 +163,15 @@ def test_vit_refuses_an_empty_batch_and_images_of_another_dtype():
     with pytest.raises(ValueError, match=r"weights' dtype torch.float32, got torch.float64"):
         model(torch.zeros(2, 3, 8, 8, dtype=torch.float64))
     assert model.double()(torch.zeros(2, 3, 8, 8, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_torchvision_vit_with_copied_weights_gives_the_same_logits():
+    model = small_vit().eval()
+    twin = to_torchvision(model).eval()
+    images = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(twin(images), model(images), atol=1e-5, rtol=1e-5)
+        twin.encoder.layers[0].ln_1.eps = 1e-6  # torchvision's default: the bridge matters
+        assert not torch.allclose(twin(images), model(images), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="need pool='cls', got 'mean'"):
+        to_torchvision(small_vit(pool="mean"))

@@ -187,3 +187,49 @@ class ViT(nn.Module):
             raise ValueError(f"class_token_attention needs pool='cls', this model has pool={self.config.pool!r}")
         weights = self.attention_maps(images)[:, layer, :, 0, 1:]  # (B, heads, N)
         return weights.reshape(*weights.shape[:2], self.grid, self.grid)
+
+
+# ------------------------------------------------------------ torchvision's twin
+TORCHVISION_NAMES = (  # xfl name pattern -> torchvision's VisionTransformer name, applied in order
+    (r"^cls_token$", "class_token"), (r"^patch_embed\.proj\.", "conv_proj."),
+    (r"^pos_embedding$", "encoder.pos_embedding"), (r"^encoder\.final_norm\.", "encoder.ln."),
+    (r"^encoder\.layers\.(\d+)\.", r"encoder.layers.encoder_layer_\1."),
+    (r"residuals\.0\.norm\.", "ln_1."), (r"residuals\.1\.norm\.", "ln_2."),
+    (r"self_attn\.in_proj\.(weight|bias)$", r"self_attention.in_proj_\1"),
+    (r"self_attn\.out_proj\.", "self_attention.out_proj."), (r"ffn\.", "mlp."), (r"^head\.", "heads.head."),
+)
+
+
+def torchvision_state_dict(model: ViT) -> dict[str, Tensor]:
+    """``model``'s weights under the names of ``torchvision.models.VisionTransformer``."""
+    import re
+
+    if model.config.pool != "cls":
+        raise ValueError(f"torchvision's ViT classifies from a class token: need pool='cls', got "
+                         f"{model.config.pool!r}")
+    state = {}
+    for name, tensor in model.state_dict().items():
+        for pattern, new in TORCHVISION_NAMES:
+            name = re.sub(pattern, new, name)
+        state[name] = tensor
+    return state
+
+
+def to_torchvision(model: ViT) -> nn.Module:
+    """A ``torchvision.models.VisionTransformer`` of ``model``'s sizes holding a copy of its
+    weights. Bridges: the names (``TORCHVISION_NAMES``), and LayerNorm's epsilon (torchvision
+    uses 1e-6, xfl PyTorch's default 1e-5). Both use the [q; k; v] in-projection, exact GELU,
+    Pre-LN blocks and a final LayerNorm before the head."""
+    from functools import partial
+
+    from torchvision.models import VisionTransformer
+
+    c = model.config
+    if c.in_channels != 3:
+        raise ValueError(f"torchvision's ViT reads 3-channel images, this model has in_channels={c.in_channels}")
+    eps = model.encoder.final_norm.eps
+    twin = VisionTransformer(c.image_size, c.patch_size, c.num_layers, c.num_heads, c.d_model,
+                             c.d_hidden or 4 * c.d_model, dropout=c.dropout, num_classes=c.num_classes,
+                             norm_layer=partial(nn.LayerNorm, eps=eps))
+    twin.load_state_dict(torchvision_state_dict(model))  # strict: every name and shape must match
+    return twin.to(next(model.parameters()).device)
