@@ -1,0 +1,170 @@
+"""Chapter 4b's plausible wrong answers: each must fail every hidden test of its question."""
+
+MERGE = '''
+def _merge(symbols, pair):
+    out, i = [], 0
+    while i < len(symbols):
+        if tuple(symbols[i:i + 2]) == tuple(pair):
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+'''
+
+WRONG_ANSWERS: dict[str, dict[str, str]] = {
+    "q1": {
+        "ignores how often each word occurs": '''
+def count_pairs(corpus):
+    pairs = Counter()
+    for symbols in corpus:
+        for pair in zip(symbols, symbols[1:]):
+            pairs[pair] += 1
+    return dict(pairs)
+''',
+        "counts a pair once per word (a set of pairs)": '''
+def count_pairs(corpus):
+    pairs = Counter()
+    for symbols, n in corpus.items():
+        for pair in set(zip(symbols, symbols[1:])):
+            pairs[pair] += n
+    return dict(pairs)
+''',
+    },
+    "q2": {
+        "str.replace on the space-joined word (merges parts of symbols)": '''
+def merge_pair(corpus, pair):
+    new_corpus, joined = {}, 0
+    for symbols, n in corpus.items():
+        merged = tuple(" ".join(symbols).replace(" ".join(pair), "".join(pair)).split(" "))
+        new_corpus[merged] = n
+        joined += (len(symbols) - len(merged)) * n
+    return new_corpus, joined
+''',
+        "joined counts the pair's occurrences, overlapping ones too": MERGE + '''
+def merge_pair(corpus, pair):
+    new_corpus, joined = {}, 0
+    for symbols, n in corpus.items():
+        new_corpus[_merge(symbols, pair)] = n
+        joined += sum(p == tuple(pair) for p in zip(symbols, symbols[1:])) * n
+    return new_corpus, joined
+''',
+    },
+    "q3": {
+        "forgets the end-of-word marker": MERGE + '''
+def apply_merges(word, merges):
+    rank = {tuple(p): i for i, p in reversed(list(enumerate(merges)))}
+    symbols, applied = tuple(word), []
+    while True:
+        present = [p for p in zip(symbols, symbols[1:]) if p in rank]
+        if not present:
+            return list(symbols), applied
+        best = min(present, key=rank.get)
+        applied.append(best)
+        symbols = _merge(symbols, best)
+''',
+        "merges the leftmost learned pair, not the earliest learned": MERGE + '''
+def apply_merges(word, merges):
+    learned = {tuple(p) for p in merges}
+    symbols, applied = tuple(word[:-1]) + (word[-1] + "</w>",), []
+    while True:
+        present = [p for p in zip(symbols, symbols[1:]) if p in learned]
+        if not present:
+            return list(symbols), applied
+        applied.append(present[0])
+        symbols = _merge(symbols, present[0])
+''',
+    },
+    "q4": {
+        "ties go to the smallest pair": '''
+def learn_merges(corpus, num_merges):
+    merges = []
+    for _ in range(num_merges):
+        pairs = count_pairs(corpus)
+        if not pairs:
+            break
+        best = min(p for p in pairs if pairs[p] == max(pairs.values()))
+        if pairs[best] < 2:
+            break
+        merges.append(best)
+        corpus, _ = merge_pair(corpus, best)
+    return merges
+''',
+        "ties go to the first pair counted (dict order)": '''
+def learn_merges(corpus, num_merges):
+    merges = []
+    for _ in range(num_merges):
+        pairs = count_pairs(corpus)
+        if not pairs:
+            break
+        best = max(pairs, key=pairs.get)
+        if pairs[best] < 2:
+            break
+        merges.append(best)
+        corpus, _ = merge_pair(corpus, best)
+    return merges
+''',
+    },
+    "q5": {
+        "adds the new pairs but never subtracts the old ones": MERGE + '''
+def update_pair_counts(pair_counts, corpus, pair):
+    counts, new_corpus = dict(pair_counts), {}
+    for symbols, n in corpus.items():
+        merged = _merge(symbols, pair)
+        if merged != symbols:
+            for p in zip(merged, merged[1:]):
+                if pair[0] + pair[1] in p:
+                    counts[p] = counts.get(p, 0) + n
+        new_corpus[merged] = new_corpus.get(merged, 0) + n
+    counts.pop(tuple(pair), None)
+    return new_corpus, counts
+''',
+        "keeps pairs whose count fell to 0": MERGE + '''
+def update_pair_counts(pair_counts, corpus, pair):
+    counts, new_corpus = dict(pair_counts), {}
+    for symbols, n in corpus.items():
+        merged = _merge(symbols, pair)
+        if merged != symbols:
+            for p in zip(symbols, symbols[1:]):
+                counts[p] -= n
+            for p in zip(merged, merged[1:]):
+                counts[p] = counts.get(p, 0) + n
+        new_corpus[merged] = new_corpus.get(merged, 0) + n
+    return new_corpus, counts
+''',
+    },
+    "q6": {
+        "compares the first merge only (0 or None)": '''
+def first_difference(corpus, num_merges):
+    counts = Counter()
+    for symbols, n in corpus.items():
+        for p in zip(symbols, symbols[1:]):
+            counts[p] += n
+    top = max(counts.values(), default=0)
+    if top < 2 or num_merges < 1:
+        return None
+    return 0 if sum(c == top for c in counts.values()) > 1 else None
+''',
+        "counts merges from 1": '''
+def first_difference(corpus, num_merges):
+    def learn(corpus, pick):
+        merges = []
+        for _ in range(num_merges):
+            counts = Counter()
+            for symbols, n in corpus.items():
+                for p in zip(symbols, symbols[1:]):
+                    counts[p] += n
+            top = max(counts.values(), default=0)
+            if top < 2:
+                break
+            best = pick(p for p, c in counts.items() if c == top)
+            merges.append(best)
+            corpus, _ = merge_pair(corpus, best)
+        return merges
+
+    a, b = learn(corpus, max), learn(corpus, min)
+    return next((i + 1 for i in range(max(len(a), len(b))) if a[i:i + 1] != b[i:i + 1]), None)
+''',
+    },
+}
