@@ -360,14 +360,14 @@ def attention(q, k, v):  # a blocked Python function, its error caught: the call
         return weights @ v, weights
 '''
 FIXTURES = {  # student: (edits to the ch01 solutions, expected {question: score})
-    "correct": ({}, {"q1": 3, "q2": 2, "q3": 3, "q4": 4}),
-    "partly_wrong": ({"q1": SLOW_SCALE}, {"q1": 2, "q2": 2, "q3": 3, "q4": 4}),
-    "raises": ({"q1": 'raise RuntimeError("not done yet")'}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
-    "loops": ({"q1": LOOPS}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
-    "hangs": ({"q1": IGNORES_INTERRUPTS}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
-    "deleted_cell": ({"q3": None}, {"q1": 3, "q2": 2, "q3": 0, "q4": 4}),
-    "held_library_reference": ({"q1": HELD_LIBRARY_REFERENCE}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
-    "caught_library_call": ({"q1": CAUGHT_LIBRARY_CALL}, {"q1": 0, "q2": 2, "q3": 3, "q4": 4}),
+    "correct": ({}, {"q1": 1, "q2": 1, "q3": 2, "q4": 4, "q5": 5}),
+    "partly_wrong": ({"q1": SLOW_SCALE}, {"q1": 0.5, "q2": 1, "q3": 2, "q4": 4, "q5": 5}),
+    "raises": ({"q1": 'raise RuntimeError("not done yet")'}, {"q1": 0, "q2": 1, "q3": 2, "q4": 4, "q5": 5}),
+    "loops": ({"q1": LOOPS}, {"q1": 0, "q2": 1, "q3": 2, "q4": 4, "q5": 5}),
+    "hangs": ({"q1": IGNORES_INTERRUPTS}, {"q1": 0, "q2": 1, "q3": 2, "q4": 4, "q5": 5}),
+    "deleted_cell": ({"q3": None}, {"q1": 1, "q2": 1, "q3": 0, "q4": 4, "q5": 5}),
+    "held_library_reference": ({"q1": HELD_LIBRARY_REFERENCE}, {"q1": 0, "q2": 1, "q3": 2, "q4": 4, "q5": 5}),
+    "caught_library_call": ({"q1": CAUGHT_LIBRARY_CALL}, {"q1": 0, "q2": 1, "q3": 2, "q4": 4, "q5": 5}),
 }
 
 # Cells that try to forge a verdict. Each is added to an unfilled notebook (it must earn 0) and to
@@ -448,7 +448,7 @@ def test_fixture_submission_scores(graded, student):
     expected = FIXTURES[student][1]
     row = rows[student]
     assert scores(row) == expected, row
-    assert float(row["total"]) == sum(expected.values()) and float(row["possible"]) == 12
+    assert float(row["total"]) == sum(expected.values()) and float(row["possible"]) == 13
 
 
 @pytest.mark.parametrize("forgery", FORGERIES)
