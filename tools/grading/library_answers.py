@@ -90,6 +90,7 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
         "q3": {"swiglu": ["lambda x, w, v, w2: xfl.blocks.GatedFeedForward.from_weights(w, v, w2)(x)",
                           "xfl.blocks.GatedFeedForward.forward", "xfl.blocks.GatedFeedForward.from_weights"]},
         "q4": {"repeat_kv": ["xfl.attention.repeat_kv_heads"]},
+        "q5": {"gqa_step": [None, "xfl.attention.repeat_kv_heads", *ATTENTION]},
     },
     "ch11_attention_at_scale": {
         "q1": {"merge": ["xfl.tiled_attention.merge_partials", "xfl.tiled_attention.rescale"]},
@@ -100,6 +101,8 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
         "q3": {"causal_tiles": ["xfl.tiled_attention.causal_block_counts"]},
         "q4": {"explicit_peak_bytes": [None, "xfl.tiled_attention.explicit_attention_bytes"],
                "longest_sequence": [None, "xfl.tiled_attention.explicit_attention_bytes"]},
+        "q5": {"alibi_backward": [None, "torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
+                                  "xfl.tiled_attention.tiled_attention_backward"]},
     },
     "ch04b_subwords": {  # questions 2 to 4 ask for more than xfl.bpe returns
         "q1": {"count_pairs": [
