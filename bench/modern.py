@@ -1,15 +1,18 @@
 """Chapter 10's measurements (xfl.ablation): from the 2017 block to today's decoder block.
 
-    python -m bench.modern              # the CPU recipe (3 seeds; 6 min on a quiet 2-core machine)
+    python -m bench.modern              # the CPU recipe (5 seeds; about 10 min on a quiet 2-core CPU)
     python -m bench.modern --full       # the GPU recipe (chapter 10's full profile)
     python -m bench.modern --smoke      # tiny and short (a few seconds; for the tests)
 
 On Tatoeba's Spanish sentences as one character stream (chapter 9's task, cut into windows
 without padding), writes to ``bench/results/modern.json`` (or ``--out``): the ablation (the
 book's block, each change alone, all together; equal parameters within 2% by the feed-forward
-width; validation bits per character per seed, mean and spread; training tokens per second;
-key-value cache bytes per token), length extrapolation (trained at L, evaluated at L, 2L, 4L:
-learned, sinusoidal, RoPE, no positions) and quality against the number of kv heads; plus
+width; validation bits per character per seed, mean and spread, the paired difference from the
+2017 block with its 95% interval and verdict; training tokens per second; key-value cache bytes
+per token), a learning-rate sweep of the 2017 and modern blocks, the 2017 block with and without
+QK-norm at ten times the rate (bits and largest attention logit per seed), length extrapolation
+(trained at L, evaluated at L, 2L, 4L, and per position on 4L windows: learned, sinusoidal, RoPE,
+no positions; the learned table's RMS) and quality against the number of kv heads; plus
 interleaved timings of the fused causal path against a mask and of RMSNorm against LayerNorm.
 Wall-clock figures depend on the machine and its load: they are recorded, never a verdict.
 Sentences from tatoeba.org (CC-BY 2.0 FR). Data: XFL_DATA_MIRROR or a verified download.
@@ -26,8 +29,9 @@ from pathlib import Path
 import torch
 
 from bench.report import write_results
-from xfl.ablation import (RECIPES, Recipe, ablation_variants, compare_variants, difference, kv_head_study,
-                          position_study, spanish_characters, time_fused_path, time_norms)
+from xfl.ablation import (RECIPES, Recipe, ablation_variants, beyond_training_length, compare_variants,
+                          difference, kv_head_study, learned_table_rms, lr_sweep, position_study,
+                          qk_norm_study, spanish_characters, time_fused_path, time_norms)
 from xfl.runtime import default_device, device_name
 
 RESULTS = Path(__file__).resolve().parent / "results" / "modern.json"
@@ -50,6 +54,23 @@ def timings(ablation: dict, recipe: Recipe, pairs: int) -> dict:
                       "verdict": norms.verdict("LayerNorm", "RMSNorm (xfl)")}}
 
 
+def positions_report(positions: dict, length: int) -> dict:
+    """Bits at L, 2L, 4L and per position of 4L windows per code and seed; rises beyond L."""
+    report = {n: {"at_length": {str(k): v for k, v in r["at_length"].items()},
+                  "per_position": r["per_position"],
+                  "beyond_L": beyond_training_length(r, length)} for n, r in positions.items()}
+    report["learned"]["table_rms"] = [learned_table_rms(m, length) for m in positions["learned"]["models"]]
+    return report
+
+
+def modern_studies(streams, recipe: Recipe, seeds, ablation: dict) -> dict:
+    """The learning-rate sweep (2017 vs modern) and QK-norm at a high rate, without models."""
+    sweep = lr_sweep(streams, recipe, ("2017 block", "all together"), ablation, seeds)
+    qk = qk_norm_study(streams, recipe, seeds)
+    return {"lr_sweep": {str(rate): plain(r, "2017 block") for rate, r in sweep.items()},
+            "qk_norm_high_lr": plain(qk, "2017 block")}
+
+
 def run(profile: str) -> dict:
     """Every study of ``profile``'s recipe; the report as written to JSON."""
     spec = RECIPES[profile]
@@ -61,8 +82,10 @@ def run(profile: str) -> dict:
     return {"profile": profile, "seeds": list(seeds), "recipe": {**recipe.__dict__, "data": spec["data"]},
             "vocab": len(streams.vocab), "train_chars": streams.train.numel(),
             "valid_chars": streams.valid.numel(), "ablation": plain(ablation, "2017 block"),
-            "extrapolation": {n: {str(k): v for k, v in r["at_length"].items()} for n, r in positions.items()},
-            "kv_heads": plain(kv_heads, recipe.sizes["num_heads"]), "timings": timings(ablation, recipe, 5 if profile == "smoke" else 30)}
+            "extrapolation": positions_report(positions, recipe.length),
+            **modern_studies(streams, recipe, seeds, ablation),
+            "kv_heads": plain(kv_heads, recipe.sizes["num_heads"]),
+            "timings": timings(ablation, recipe, 5 if profile == "smoke" else 30)}
 
 
 def main(argv=None) -> dict:

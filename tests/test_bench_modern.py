@@ -21,17 +21,27 @@ def test_smoke_run_writes_results(tmp_path):
     saved = json.loads(out.read_text())
     assert saved == json.loads(json.dumps(report)) and saved["profile"] == "smoke"
     ablation = saved["ablation"]
-    assert list(ablation)[0] == "2017 block" and list(ablation)[-1] == "all together" and len(ablation) == 10
+    assert list(ablation)[0] == "2017 block" and list(ablation)[-1] == "all together" and len(ablation) == 12
     base = ablation["2017 block"]["params"]
     for name, r in ablation.items():
         assert abs(r["params"] / base - 1) <= 0.02, name
         assert len(r["bits"]) == 2 and all(0 < b < 10 for b in r["bits"]) and r["tokens_per_s"] > 0
         assert math.isclose(r["mean"], sum(r["bits"]) / 2) and r["spread"] >= 0
         assert r["vs_2017 block"].startswith(("better", "worse", "no clear")), r["vs_2017 block"]
-    half = ablation["GQA (kv = heads/2)"]["cache_bytes_per_token"]
+        assert name == "2017 block" or "95% CI [" in r["vs_2017 block"]
+    half = ablation["GQA kv=heads/2"]["cache_bytes_per_token"]
     assert half * 2 == base_cache(ablation) and saved["kv_heads"]["1"]["cache_bytes_per_token"] * 4 == base_cache(ablation)
     assert set(saved["extrapolation"]) == {"learned", "sinusoidal", "RoPE", "none"}
-    assert all(list(r) == ["16", "32", "64"] and all(len(b) == 2 for b in r.values()) for r in saved["extrapolation"].values())
+    for r in saved["extrapolation"].values():
+        assert list(r["at_length"]) == ["16", "32", "64"] and all(len(b) == 2 for b in r["at_length"].values())
+        assert len(r["per_position"]) == 2 and all(len(p) == 64 for p in r["per_position"])
+        assert set(r["beyond_L"]) == {"L..2L", "2L..4L"}
+    assert len(saved["extrapolation"]["learned"]["table_rms"]) == 2
+    assert [float(rate) for rate in saved["lr_sweep"]] == [1e-3, 3e-3, 9e-3]  # 1/3, 1 and 3 x 3e-3
+    assert all(set(r) == {"2017 block", "all together"} for r in saved["lr_sweep"].values())
+    assert saved["lr_sweep"]["0.003"]["all together"]["bits"] == ablation["all together"]["bits"]  # reused
+    qk = saved["qk_norm_high_lr"]
+    assert set(qk) == {"2017 block", "QK-norm"} and all(len(r["max_logit"]) == 2 for r in qk.values())
     assert set(saved["timings"]["fused"]["median_s"]) == {"mask", "is_causal"}
 
 
@@ -41,7 +51,7 @@ def base_cache(ablation):
 
 def test_recipes():
     bench = import_bench("modern")
-    assert all(len(bench.RECIPES[p]["seeds"]) >= 3 for p in ("full", "cpu", "fast"))
+    assert all(len(bench.RECIPES[p]["seeds"]) >= 5 for p in ("full", "cpu", "fast"))
     from xfl.ablation import RECIPES
     assert bench.RECIPES is RECIPES  # chapter 10's recipes, not a copy
     assert bench.RESULTS.name == "modern.json"

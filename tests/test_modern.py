@@ -275,3 +275,38 @@ def test_seq2seq_takes_the_block_options_and_decodes_alike(options):
 def test_seq2seq_refuses_unknown_block_names():
     with pytest.raises(ValueError, match="ffn must be one of .* got 'moe'"):
         Seq2SeqConfig(src_vocab=9, tgt_vocab=9, ffn="moe")
+
+
+# ------------------------------------------------- nanochat's options, the ablation's measurements
+def test_relu2_and_gainless_rmsnorm():
+    x = torch.randn(3, 8, dtype=torch.float64)
+    ffn = FeedForward(8, 16, activation="relu2").double()
+    close(ffn(x), ffn[3](F.relu(ffn[0](x)) ** 2))
+    plain = make_norm("rms_plain", 8).double()
+    assert plain.weight is None and not list(plain.parameters())
+    close(plain(x), x / x.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt())
+    model = small_gpt(norm="rms_plain", activation="relu2")
+    assert count_parameters(model) < count_parameters(small_gpt(norm="rms"))
+
+
+def test_per_position_bits_average_to_bits_per_char():
+    from xfl.ablation import bits_per_char, per_position_bits
+    model = small_gpt().eval()
+    windows = torch.randint(1, 13, (5, 9))  # (W, length + 1): no padding
+    per_position = per_position_bits(model, windows, batch_size=2)
+    assert per_position.shape == (8,)
+    assert abs(float(per_position.mean()) - bits_per_char(model, windows, batch_size=2)) < 1e-6
+
+
+def test_max_attention_logit_is_capped_by_qk_norm_and_grows_with_w_q():
+    from xfl.ablation import max_attention_logit
+    tokens = torch.randint(1, 13, (2, 10))
+    capped = small_gpt(qk_norm=True, positions="rope")  # gains 1: |q̂·k̂|/√d_h <= √d_h = 2
+    with torch.no_grad():
+        capped.blocks.layers[0].self_attn.in_proj.weight.mul_(100)
+    assert 0 < max_attention_logit(capped, tokens) <= 2 + 1e-5
+    free = small_gpt()
+    before = max_attention_logit(free, tokens)
+    with torch.no_grad():  # only layer 0's W_Q: its logits scale by 10, layer 1's do not change
+        free.blocks.layers[0].self_attn.in_proj.weight[:16].mul_(10)
+    assert max_attention_logit(free, tokens) >= 5 * before

@@ -2,7 +2,7 @@
 
 import pytest
 
-from xfl.seeds import differences, mean_sd, verdict
+from xfl.seeds import differences, mean_sd, paired_interval, verdict
 
 
 def test_mean_sd_is_the_mean_and_the_sample_standard_deviation():
@@ -26,3 +26,13 @@ def test_paired_runs_must_have_one_value_per_seed_each():
     assert differences([3, 2], [1, 1]) == [2.0, 1.0]
     with pytest.raises(ValueError, match="got 3 and 2"):
         verdict([1, 2, 3], [1, 2], "a", "b")
+
+
+def test_paired_interval_is_the_t_interval_of_the_differences():
+    mean, sd, low, high = paired_interval([1.1, 1.3, 1.2, 1.0, 1.4], [1.0] * 5)
+    assert abs(mean - 0.2) < 1e-12 and abs(sd - 0.158113883) < 1e-8
+    assert abs(high - low - 2 * 2.776 * sd / 5 ** 0.5) < 1e-12 and low > 0  # t(4) = 2.776
+    _, _, low, high = paired_interval([0.6, 0.4, 0.5], [0.5, 0.5, 0.5])
+    assert low < 0 < high  # the sign changes: the interval covers 0
+    with pytest.raises(ValueError, match="at least 2 seeds, got 1"):
+        paired_interval([1.0], [2.0])

@@ -14,20 +14,21 @@ import math
 import random
 import statistics
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import causal_mask
+from .attention import causal_mask, repeat_kv_heads
 from .batches import epoch_rows
 from .data.tatoeba import load_pairs
 from .data.text import PAD, Vocab
 from .model import GPT, MODERN_OPTIONS, GPTConfig, count_parameters
 from .norms import RMSNorm
 from .runtime import seed_everything
-from .seeds import differences, mean_sd
+from .seeds import mean_sd, paired_interval
 from .timing import Comparison, compare
 from .train import TrainConfig, lm_loss, train
 
@@ -92,21 +93,29 @@ class Recipe:
 
 
 # One recipe per profile, read by chapter 10 (``RECIPES[profile()]``) and bench/modern.py: the
-# data (``spanish_characters``'s arguments), the seeds and the ``Recipe``.
+# data (``spanish_characters``'s arguments), the seeds and the ``Recipe``. Five seeds in every
+# profile (a paired 95% interval needs them); the cpu and fast runs are short (early training).
+FIVE_SEEDS = (0, 1, 2, 3, 4)
 RECIPES = {
-    "full": dict(data=dict(max_chars=100, n_valid=4000), seeds=(0, 1, 2),
-                 recipe=Recipe(sizes=dict(d_model=128, num_heads=8, num_layers=4, dropout=0.0), length=128,
-                               steps=1500, batch=64, lr=1e-3, evals=10, valid_windows=1024)),
-    "cpu": dict(data=dict(max_chars=40, n_valid=500, n_train=20000), seeds=(0, 1, 2),
-                recipe=Recipe(sizes=dict(d_model=48, num_heads=4, num_layers=2, dropout=0.0), length=32,
-                              steps=600, batch=32, lr=3e-3, evals=6, valid_windows=256, device="cpu")),
-    "fast": dict(data=dict(max_chars=40, n_valid=500, n_train=8000), seeds=(0, 1, 2),
-                 recipe=Recipe(sizes=dict(d_model=32, num_heads=4, num_layers=2, dropout=0.0), length=32,
-                               steps=120, batch=16, lr=3e-3, evals=4, valid_windows=128, device="cpu")),
+    "full": dict(data=dict(max_chars=100, n_valid=4000), seeds=FIVE_SEEDS,
+                 recipe=Recipe(sizes=dict(d_model=128, num_heads=8, num_layers=4, dropout=0.0),
+                               length=128, steps=1500, batch=64, lr=1e-3, evals=10,
+                               valid_windows=1024)),
+    "cpu": dict(data=dict(max_chars=40, n_valid=500, n_train=20000), seeds=FIVE_SEEDS,
+                recipe=Recipe(sizes=dict(d_model=48, num_heads=4, num_layers=2, dropout=0.0),
+                              length=32, steps=300, batch=32, lr=3e-3, evals=6,
+                              valid_windows=256, device="cpu")),
+    "fast": dict(data=dict(max_chars=40, n_valid=500, n_train=8000), seeds=FIVE_SEEDS,
+                 recipe=Recipe(sizes=dict(d_model=32, num_heads=4, num_layers=2, dropout=0.0),
+                               length=32, steps=80, batch=16, lr=3e-3, evals=4,
+                               valid_windows=128, device="cpu")),
     "smoke": dict(data=dict(max_chars=30, n_valid=200, n_train=1000), seeds=(0, 1),
-                  recipe=Recipe(sizes=dict(d_model=16, num_heads=4, num_layers=1, dropout=0.0), length=16,
-                                steps=4, batch=8, lr=3e-3, evals=2, valid_windows=16, device="cpu")),
+                  recipe=Recipe(sizes=dict(d_model=16, num_heads=4, num_layers=1, dropout=0.0),
+                                length=16, steps=4, batch=8, lr=3e-3, evals=2,
+                                valid_windows=16, device="cpu")),
 }
+RATE_FACTORS = (1 / 3, 1, 3)  # the learning-rate sweep, in multiples of the recipe's rate
+HIGH_RATE_FACTOR = 10  # the QK-norm study's rate, in multiples of the recipe's rate
 
 
 def model_config(streams: CharStreams, recipe: Recipe, options: dict, d_hidden: int | None = None) -> GPTConfig:
@@ -150,12 +159,15 @@ def train_variant(streams: CharStreams, recipe: Recipe, options: dict, seed: int
 
 
 def ablation_variants(num_heads: int) -> dict[str, dict]:
-    """The book's block, each of chapter 10's changes alone, then all of them (``GPTConfig.modern``)."""
+    """The book's block, each of chapter 10's changes alone (nanochat's ReLU² and gainless RMSNorm
+    among them), then all of ``GPTConfig.modern``'s together."""
     kv = dict(num_kv_heads=num_heads // 2) if num_heads % 2 == 0 else {}
     return {"2017 block": {}, "RMSNorm": dict(norm="rms"), "RoPE": dict(positions="rope"),
-            "SwiGLU": dict(ffn="swiglu"), "GQA (kv = heads/2)": kv, "QK-norm": dict(qk_norm=True),
-            "no biases": dict(bias=False), "zero-init proj.": dict(zero_init=True),
-            "untied head": dict(tie_output=False), "all together": {**MODERN_OPTIONS, **kv}}
+            "SwiGLU": dict(ffn="swiglu"), "ReLU²": dict(activation="relu2"),
+            "RMSNorm no gain": dict(norm="rms_plain"), "GQA kv=heads/2": kv,
+            "QK-norm": dict(qk_norm=True), "no biases": dict(bias=False),
+            "zero-init proj.": dict(zero_init=True), "untied head": dict(tie_output=False),
+            "all together": {**MODERN_OPTIONS, **kv}}
 
 
 def compare_variants(streams: CharStreams, recipe: Recipe, variants: dict[str, dict],
@@ -195,6 +207,8 @@ def position_study(streams: CharStreams, recipe: Recipe, seeds=(0, 1, 2), ablati
     results = {**compare_variants(streams, recipe, todo, seeds), **{n: ablation[a] for n, a in reused.items()}}
     for name in POSITION_VARIANTS:
         results[name]["at_length"] = extrapolation(results[name]["models"], streams, recipe, factors)
+        results[name]["per_position"] = position_profiles(results[name]["models"], streams, recipe,
+                                                          max(factors))
     return {name: results[name] for name in POSITION_VARIANTS}
 
 
@@ -209,15 +223,112 @@ def extrapolation(models: list[GPT], streams: CharStreams, recipe: Recipe, facto
     return out
 
 
+@torch.no_grad()
+def per_position_bits(model: GPT, all_windows: Tensor, batch_size: int = 256) -> Tensor:
+    """``(length,)``: mean next-character loss in bits at each position of ``all_windows``
+    ``(W, length + 1)`` (streams hold no padding)."""
+    model.eval()
+    device = next(model.parameters()).device
+    total = torch.zeros(all_windows.shape[1] - 1, dtype=torch.float64)
+    for k in range(0, len(all_windows), batch_size):
+        batch = all_windows[k:k + batch_size].to(device)  # (B, length + 1)
+        logits = model(batch[:, :-1])  # (B, length, V)
+        loss = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")  # (B, length)
+        total += loss.sum(0).double().cpu()
+    return total / len(all_windows) / math.log(2)
+
+
+def position_profiles(models: list[GPT], streams: CharStreams, recipe: Recipe, factor: int = 4) -> list[list[float]]:
+    """Per seed, ``per_position_bits`` on validation windows of factor · length."""
+    valid = windows(streams.valid, factor * recipe.length)
+    valid = valid if recipe.valid_windows is None else valid[:max(recipe.valid_windows // factor, 1)]
+    return [per_position_bits(m, valid).tolist() for m in models]
+
+
+def beyond_training_length(result: dict, length: int) -> dict[str, dict]:
+    """From ``result["per_position"]``: the mean bits at positions L..2L-1 and at 2L..4L-1, each
+    paired by seed (``paired``) against positions L/2..L-1 (inside the training length, with
+    long contexts already); 'worse' means the loss rises beyond L."""
+    span = lambda lo, hi: {"bits": [statistics.fmean(p[lo:hi]) for p in result["per_position"]]}
+    inside = span(length // 2, length)
+    return {"L..2L": paired(span(length, 2 * length), inside),
+            "2L..4L": paired(span(2 * length, 4 * length), inside)}
+
+
+def learned_table_rms(model: GPT, length: int) -> dict[str, float]:
+    """RMS of a learned position table's rows below ``length`` (trained), of its rows from
+    ``length`` on (never reached in training), and of the √d-scaled token embedding."""
+    rows, embed = model.embed.positions, model.embed
+    rms = lambda t: float(t.detach().pow(2).mean().sqrt())
+    return {"trained rows": rms(rows[:length]), "untrained rows": rms(rows[length:]),
+            "token embedding": rms(embed.table.weight[1:] * embed.scale)}
+
+
+@torch.no_grad()
+def max_attention_logit(model: GPT, tokens: Tensor) -> float:
+    """The largest |q·k|/√d_head over every layer, head and causal (query, key) pair of a Pre-LN
+    ``model`` on ``tokens (B, L)``: the scores before the softmax."""
+    if not model.config.norm_first:
+        raise ValueError("max_attention_logit needs a Pre-LN model (norm_first=True), got False")
+    model.eval()
+    x = model.embed(tokens.to(next(model.parameters()).device))  # (B, L, D)
+    keep = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool, device=x.device).tril()
+    top = 0.0
+    for block in model.blocks.layers:
+        attn = block.self_attn
+        q, k, _ = (attn.split_heads(t) for t in attn.project(block.residuals[0].norm(x), None, None))
+        q, k = attn.position_heads(q, k, 0)  # (B, h, L, d_h), (B, kv, L, d_h)
+        logits = q @ repeat_kv_heads(k, attn.num_heads).transpose(-2, -1) / attn.head_dim ** 0.5
+        top = max(top, float(logits.abs()[..., keep].max()))  # logits (B, h, L, L)
+        x = block(x, is_causal=True)
+    return top
+
+
 def kv_head_study(streams: CharStreams, recipe: Recipe, seeds=(0, 1, 2), ablation: dict | None = None) -> dict:
     """Quality and cache size against the number of kv heads (the divisors of num_heads), at equal
     parameters; the ablation's runs with all heads and with half of them are reused."""
     heads = recipe.sizes["num_heads"]
-    reused = {heads: "2017 block", heads // 2: "GQA (kv = heads/2)"} if ablation and heads % 2 == 0 else {}
+    reused = {heads: "2017 block", heads // 2: "GQA kv=heads/2"} if ablation and heads % 2 == 0 else {}
     counts = [kv for kv in range(1, heads + 1) if heads % kv == 0 and kv in (1, 2, 4, heads)]
     todo = {kv: dict(num_kv_heads=kv) for kv in counts if kv not in reused}
     fresh = compare_variants(streams, recipe, todo, seeds)
     return {kv: fresh[kv] if kv in fresh else ablation[reused[kv]] for kv in counts}
+
+
+def lr_sweep(streams: CharStreams, recipe: Recipe, names: tuple[str, ...], ablation: dict,
+             seeds=(0, 1, 2), factors=RATE_FACTORS) -> dict[float, dict]:
+    """The ablation's variants ``names`` at each rate factor · ``recipe.lr`` (equal parameters,
+    the same seeds); the ablation's own runs are reused at factor 1."""
+    sweep = {}
+    for factor in factors:
+        rate = float(f"{recipe.lr * factor:.3g}")  # 1e-3, not 0.0010000000000000002
+        variants = {name: ablation[name]["options"] for name in names}
+        sweep[rate] = ({name: ablation[name] for name in names} if factor == 1 else
+                       compare_variants(streams, replace(recipe, lr=rate), variants, seeds))
+    return sweep
+
+
+def lr_table(sweep: dict[float, dict], a: str, b: str) -> str:
+    """One line per rate: ``a`` and ``b``'s bits (mean ± sd), ``b`` minus ``a`` paired by seed."""
+    lines = [f"{'lr':<8}{a:>15}{b:>15}{'difference':>15}{'95% interval':>18}  verdict"]
+    for rate, r in sweep.items():
+        p = paired(r[b], r[a])
+        interval = f"[{p['low']:+.3f}, {p['high']:+.3f}]"
+        lines.append(f"{rate:<8.1e}{mean_sd(r[a]['bits']):>15}{mean_sd(r[b]['bits']):>15}"
+                     f"{p['mean']:>+8.3f} ± {p['sd']:.3f}{interval:>18}  {p['verdict']}")
+    return "\n".join(lines)
+
+
+def qk_norm_study(streams: CharStreams, recipe: Recipe, seeds=(0, 1, 2),
+                  factor: float = HIGH_RATE_FACTOR) -> dict[str, dict]:
+    """The 2017 block without and with QK-norm at factor · ``recipe.lr``; each result gains
+    ``max_logit``, per seed the largest attention logit on 16 validation windows."""
+    high = replace(recipe, lr=recipe.lr * factor)
+    results = compare_variants(streams, high, {"2017 block": {}, "QK-norm": dict(qk_norm=True)}, seeds)
+    tokens = windows(streams.valid, recipe.length)[:16, :-1]  # (16, length)
+    for r in results.values():
+        r["max_logit"] = [max_attention_logit(m, tokens) for m in r["models"]]
+    return results
 
 
 def time_fused_path(model: GPT, batch: int, length: int, pairs: int = 20) -> Comparison:
@@ -239,25 +350,46 @@ def time_norms(d_model: int, rows: int, pairs: int = 20) -> Comparison:
         return compare({name: partial(norm, x) for name, norm in norms.items()}, pairs)
 
 
+def paired(result: dict, base: dict) -> dict:
+    """``result`` minus ``base`` in validation bits, runs paired by seed: mean, sd, the 95%
+    interval (``xfl.seeds.paired_interval``) and the verdict: better or worse only when the
+    interval excludes 0, otherwise unclear (no clear difference)."""
+    mean, sd, low, high = paired_interval(result["bits"], base["bits"])
+    word = "worse" if low > 0 else "better" if high < 0 else "unclear"
+    return dict(mean=mean, sd=sd, low=low, high=high, verdict=word)
+
+
 def difference(result: dict, base: dict) -> str:
-    """``result`` vs ``base`` in validation bits, runs paired by seed (``xfl.seeds``): better or
-    worse only when every seed agrees, by the mean difference; otherwise no clear difference."""
-    diffs = differences(result["bits"], base["bits"])
-    if all(d > 0 for d in diffs):
-        return f"worse by {statistics.fmean(diffs):.3f} bits"
-    if all(d < 0 for d in diffs):
-        return f"better by {-statistics.fmean(diffs):.3f} bits"
-    return "no clear difference"
+    """``paired`` in words: 'better (-0.182 ± 0.019, 95% CI [-0.21, -0.16])' or
+    'no clear difference (...)' when the interval covers 0."""
+    p = paired(result, base)
+    word = "no clear difference" if p["verdict"] == "unclear" else p["verdict"]
+    return f"{word} ({p['mean']:+.3f} ± {p['sd']:.3f}, 95% CI [{p['low']:+.3f}, {p['high']:+.3f}])"
 
 
 def table(results: dict, base: str | None = None) -> str:
-    """One line per variant: parameters, bits per character (mean ± standard deviation over seeds),
-    the verdict against ``base`` (default: the first), training tokens/s, kv-cache bytes per token."""
+    """One line per variant: validation bits per character (mean ± sd over seeds) and the paired
+    difference from ``base`` (default: the first): mean ± sd, 95% interval, verdict."""
     base = base or next(iter(results))
-    lines = [f"{'variant':<20}{'params':>8}{'ffn':>5}{'val bits/char':>18}  {'vs ' + base:<28}"
-             f"{'tokens/s':>9}{'cache B/tok':>12}"]
+    lines = [f"{'vs ' + str(base):<16}{'bits/char':>14}{'difference':>16}{'95% interval':>18}  verdict"]
     for name, r in results.items():
-        verdict = "(baseline)" if name == base else difference(r, results[base])
-        lines.append(f"{str(name):<20}{r['params']:>8,}{r['d_hidden']:>5}{mean_sd(r['bits']):>18}"
-                     f"  {verdict:<28}{r['tokens_per_s']:>9,.0f}{r['cache_bytes_per_token']:>12,.0f}")
+        row = f"{str(name):<16}{mean_sd(r['bits']):>14}"
+        if name != base:
+            p = paired(r, results[base])
+            row += (f"{p['mean']:>+9.3f} ± {p['sd']:.3f}"
+                    f"{'[' + format(p['low'], '+.3f') + ', ' + format(p['high'], '+.3f') + ']':>18}"
+                    f"  {p['verdict']}")
+        lines.append(row)
+    return "\n".join(lines + ["unclear: no clear difference (the 95% interval covers 0)"])
+
+
+def size_table(results: dict, base: str | None = None) -> str:
+    """Parameters, feed-forward width, training tokens/s (also as a share of ``base``'s; wall clock
+    on this machine, never a verdict) and key-value cache bytes per token, one line per variant."""
+    base = base or next(iter(results))
+    lines = [f"{'':<16}{'params':>8}{'ffn':>5}{'tokens/s':>10}{'of base':>9}{'cache B/tok':>13}"]
+    for name, r in results.items():
+        share = r["tokens_per_s"] / results[base]["tokens_per_s"]
+        lines.append(f"{str(name):<16}{r['params']:>8,}{r['d_hidden']:>5}{r['tokens_per_s']:>10,.0f}"
+                     f"{share:>9.0%}{r['cache_bytes_per_token']:>13,.0f}")
     return "\n".join(lines)

@@ -23,7 +23,15 @@ from .attention import MultiHeadAttention
 from .norms import make_norm
 
 
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": partial(nn.GELU, approximate="tanh")}
+class ReLUSquared(nn.Module):
+    """``relu(x)²`` elementwise: nanochat's feed-forward activation (So et al., 2021, Primer)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(x).square()
+
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": partial(nn.GELU, approximate="tanh"),
+               "relu2": ReLUSquared}
 FFNS = ("mlp", "swiglu", "geglu")
 GATES = {"swiglu": F.silu, "geglu": F.gelu}
 

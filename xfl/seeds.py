@@ -39,3 +39,21 @@ def verdict(a: Sequence[float], b: Sequence[float], name_a: str, name_b: str, di
     if all(d < 0 for d in diffs):
         return f"{name_a} lower on every seed ({spread})"
     return f"no clear difference at this size: the sign changes across seeds ({spread})"
+
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom (seeds - 1); between two rows the
+# smaller df is used (a wider, conservative interval).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def paired_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float, float]:
+    """Runs paired by seed: ``(mean, sd, low, high)`` of ``a[i] - b[i]``, with the 95% t-interval
+    of the mean difference (a clear difference is one whose interval excludes 0)."""
+    diffs = differences(a, b)
+    if len(diffs) < 2:
+        raise ValueError(f"an interval needs at least 2 seeds, got {len(diffs)}")
+    mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
+    t = _T95[max(df for df in _T95 if df <= len(diffs) - 1)]
+    half = t * sd / len(diffs) ** 0.5
+    return mean, sd, mean - half, mean + half
