@@ -209,3 +209,66 @@ def test_a_bad_token_inside_a_training_step_is_named_too():
 
     with trusted_inputs(), pytest.raises(ValueError, match=r"token ids must lie in \[0, 10\].*got 12"):
         gpt()(tokens([3, 12]))
+
+
+# ------------------------------------------------------- empty inputs, sizes, paths (issue 52)
+@pytest.mark.parametrize("src, tgt, name, shape", [
+    (torch.zeros(2, 0, dtype=torch.long), tokens([1], [1]), "src", r"\(2, 0\)"),
+    (torch.zeros(0, 3, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long), "src", r"\(0, 3\)"),
+    (tokens([3, 4]), torch.zeros(1, 0, dtype=torch.long), "tgt_in", r"\(1, 0\)")],
+    ids=["length-0 source", "batch of 0 rows", "length-0 target"])
+def test_seq2seq_empty_input(src, tgt, name, shape):
+    with pytest.raises(ValueError, match=rf"{name} must be \(B, L\) token ids with B >= 1 and L >= 1, "
+                                         rf"got shape {shape}"):
+        seq2seq()(src, tgt)
+
+
+def test_gpt_empty_input():
+    with pytest.raises(ValueError, match=r"tokens must be \(B, L\) .* got shape \(0, 4\)"):
+        gpt()(torch.zeros(0, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("x, shape", [(torch.zeros(1, 0, 8), r"\(1, 0, 8\)"), (torch.zeros(0, 3, 8), r"\(0, 3, 8\)")],
+                         ids=["length 0", "batch of 0"])
+def test_multi_head_attention_empty_input(x, shape):
+    with pytest.raises(ValueError, match=rf"query must be \(B, L, 8\) with B >= 1 and L >= 1, got {shape}"):
+        MultiHeadAttention(8, 2)(x)
+
+
+@pytest.mark.parametrize("field, config", [
+    ("src_vocab", lambda: Seq2SeqConfig(src_vocab=0, tgt_vocab=10, d_model=16, num_heads=2)),
+    ("tgt_vocab", lambda: Seq2SeqConfig(src_vocab=10, tgt_vocab=-3, d_model=16, num_heads=2)),
+    ("max_len", lambda: GPTConfig(vocab_size=10, d_model=16, num_heads=2, num_layers=1, max_len=0)),
+    ("vocab_size", lambda: GPTConfig(vocab_size=0, d_model=16, num_heads=2)),
+    ("d_model", lambda: GPTConfig(vocab_size=10, d_model=0, num_heads=2))])
+def test_config_sizes_below_one(field, config):
+    """Refused when the config is made, before any model is built; the message names the field."""
+    with pytest.raises(ValueError, match=rf"Config\.{field} must be an int >= 1, got -?\d"):
+        config()
+
+
+def test_greedy_decode_longer_than_the_model_positions():
+    """Checked before decoding (it used to fail at step 17 with the embedding's message)."""
+    with pytest.raises(ValueError, match=r"max_len=20 tokens to decode exceeds the model's max_len=16 positions; "
+                                         r"expected max_len <= 16"):
+        greedy_decode(seq2seq(), tokens([3, 4]), max_len=20, sos=SOS, eos=EOS)
+
+
+def test_beam_search_empty_batch():
+    with pytest.raises(ValueError, match=r"src must be \(B, S\) token ids with B >= 1 and S >= 1, got shape \(0, 2\)"):
+        beam_search(seq2seq(), torch.zeros(0, 2, dtype=torch.long), max_len=4, sos=SOS, eos=EOS)
+
+
+def test_a_folder_is_not_a_checkpoint(tmp_path):
+    from xfl.checkpoint import read_checkpoint
+    with pytest.raises(ValueError, match=rf"{tmp_path} is a folder; expected a checkpoint file"):
+        read_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("text, expected", [("İstanbul", ["istanbul"]), ("a\x00b\x07c", ["abc"]),
+                                            ("a\ud800b", ["ab"]), ("x\ty\nz", ["x", "y", "z"])],
+                         ids=["dotted capital I", "NUL and BEL", "lone surrogate", "whitespace controls"])
+def test_tokenize_normalises_before_lowering_and_drops_controls(text, expected):
+    from xfl.data.text import tokenize
+    assert tokenize(text) == expected
+    assert all("\u0307" not in t and t.encode("utf-8") for t in tokenize(text))

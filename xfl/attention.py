@@ -319,6 +319,9 @@ class MultiHeadAttention(nn.Module):
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x is not None and (x.ndim != 3 or x.shape[-1] != self.d_model):
                 raise ValueError(f"{name} must be (B, L, {self.d_model}), got {tuple(x.shape)}")
+            if x is not None and 0 in x.shape[:2]:
+                raise ValueError(f"{name} must be (B, L, {self.d_model}) with B >= 1 and L >= 1, "
+                                 f"got {tuple(x.shape)}")
             if x is not None:
                 check_finite(x, name)
         if key is not None and value is not None and key.shape[:2] != value.shape[:2]:

@@ -116,6 +116,8 @@ def read_checkpoint(path: str, map_location="cpu") -> dict:
     ``weights_only=True`` and checked against its header's format version and checksum. A
     pickled object that would run code, a damaged file or an unknown format raise ValueError
     naming ``path``. Hidden files of a save to ``path`` that was killed are removed."""
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder; expected a checkpoint file (the path save_checkpoint wrote)")
     remove_orphans(path)
     payload = _load(str(path), map_location)
     header = _header(str(path), payload)

@@ -197,13 +197,19 @@ def _can_cache(model: nn.Module) -> bool:
 # ------------------------------------------------------------------ input checks
 def _check(model: nn.Module, src: Tensor, max_len: int, sos: int, eos: int, pad: int,
            banned: Sequence[int]) -> None:
-    if not isinstance(src, Tensor) or src.ndim != 2 or src.shape[1] == 0:
+    if not isinstance(src, Tensor) or src.ndim != 2 or 0 in src.shape:
         shape = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
-        raise ValueError(f"src must be (B, S) token ids with S >= 1, got shape {shape}")
+        raise ValueError(f"src must be (B, S) token ids with B >= 1 and S >= 1, got shape {shape}")
     if src.numel() and _vocab(model, "src_vocab"):
         check_token_ids(src, _vocab(model, "src_vocab"), "src token ids", read_back=True)
-    if max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    if not _is_int(max_len) or max_len < 1:
+        raise ValueError(f"max_len must be an int >= 1, got {max_len!r}")
+    positions = getattr(getattr(model, "config", None), "max_len", None)
+    if positions and max_len > positions:
+        raise ValueError(f"max_len={max_len} tokens to decode exceeds the model's max_len={positions} "
+                         f"positions; expected max_len <= {positions}")
+    if positions and src.shape[1] > positions:
+        raise ValueError(f"src has {src.shape[1]} tokens, more than the model's max_len={positions} positions")
     _check_ids(_vocab(model, "tgt_vocab"), sos=sos, eos=eos, pad=pad, banned=tuple(banned))
 
 

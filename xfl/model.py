@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 
 import torch
 from torch import Tensor, nn
@@ -52,6 +53,13 @@ def check_token_ids(tokens: Tensor, vocab_size: int, name: str = "token ids",
     if tokens.numel() == 0 or (tokens.device.type != "cpu" and not read_back) or not checks_values():
         return
     _check_range(tokens, vocab_size, name)
+
+
+def check_nonempty(tokens: Tensor, name: str) -> None:
+    """Raise ValueError unless ``tokens`` is ``(B, L)`` with at least one row and one token."""
+    if isinstance(tokens, Tensor) and (tokens.ndim != 2 or 0 in tokens.shape):
+        raise ValueError(f"{name} must be (B, L) token ids with B >= 1 and L >= 1, "
+                         f"got shape {tuple(tokens.shape)}")
 
 
 def _check_range(tokens: Tensor, vocab_size: int, name: str) -> None:
@@ -149,6 +157,13 @@ class BlockConfig:
     qk_norm: bool = False
     bias: bool = True
 
+    def check_sizes(self, *vocabularies: str) -> None:
+        """Refuse a width, head count, ``max_len`` or vocabulary (the named fields) below 1."""
+        for name in ("d_model", "num_heads", "max_len", *vocabularies):
+            value = getattr(self, name)
+            if not isinstance(value, Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{type(self).__name__}.{name} must be an int >= 1, got {value!r}")
+
     def check_names(self) -> None:
         """Refuse an unknown norm or feed-forward name."""
         for name, allowed in (("norm", NORMS), ("ffn", FFNS)):
@@ -175,6 +190,7 @@ class Seq2SeqConfig(BlockConfig):
     share_embeddings: bool = False
 
     def __post_init__(self):
+        self.check_sizes("src_vocab", "tgt_vocab")
         self.check_names()
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
             raise ValueError(f"share_embeddings needs one joint vocabulary, got src_vocab="
@@ -204,11 +220,13 @@ class Seq2SeqTransformer(nn.Module):
 
     def encode(self, src: Tensor) -> Tensor:
         """Source tokens ``(B, S)`` -> memory ``(B, S, D)``; padding keys are masked out."""
+        check_nonempty(src, "src")
         return self.encoder(self.src_embed(src), mask=key_mask(self.source_mask(src)))
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_keep: Tensor) -> Tensor:
         """Decoder input ``(B, L)`` (starts with SOS), memory ``(B, S, D)`` and its
         ``(B, S)`` keep-mask -> next-token logits ``(B, L, V)``. Position i sees tgt_in[:i+1]."""
+        check_nonempty(tgt_in, "tgt_in")
         x = self.tgt_embed(tgt_in)  # (B, L, D)
         x = self.decoder(x, mask=causal_padding_mask(tgt_in, self.config.pad_id),
                          memory=memory, memory_mask=key_mask(src_keep))
@@ -258,6 +276,7 @@ class GPTConfig(BlockConfig):
     scale_embedding: bool = True
 
     def __post_init__(self):
+        self.check_sizes("vocab_size")
         self.check_names()
         for name, allowed in (("activation", sorted(ACTIVATIONS)), ("positions", POSITIONS)):
             if getattr(self, name) not in allowed:
@@ -304,6 +323,7 @@ class GPT(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         """A causal model on rows without padding passes ``is_causal=True`` to the attention
         instead of a mask, so PyTorch's fused (flash) kernel can run (chapter 10)."""
+        check_nonempty(tokens, "tokens")
         fused = self.config.causal and not bool((tokens == self.config.pad_id).any())
         mask = None if fused else self.mask(tokens)
         x = self.blocks(self.embed(tokens), mask=mask, is_causal=fused)

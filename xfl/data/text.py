@@ -2,7 +2,8 @@
 
 Public API
 ----------
-``normalize_text(text)``       NFC, lower case, one space between words; keeps accents, ¿ and ¡.
+``normalize_text(text)``       NFC, lower case, one space between words; keeps accents, ¿ and ¡;
+                               drops control characters and lone surrogates.
 ``tokenize(text)``             normalized word and punctuation tokens (``[]`` for an empty text).
 ``detokenize(tokens)``         tokens -> readable text; ``tokenize(detokenize(t)) == t``.
 ``Vocab``                      token <-> id with ``PAD=0, UNK=1, SOS=2, EOS=3``; ``Vocab.build``
@@ -39,26 +40,31 @@ _TOKEN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
 # Invisible format characters (soft hyphen, zero-width joiners, direction marks, BOM);
 # a zero-width space (U+200B) becomes a space instead.
 _INVISIBLE = re.compile("[\u00ad\u200c-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+# Control characters that are not whitespace (NUL, BEL, ESC, C1 controls) and lone surrogates
+# (a str can hold them, no UTF-8 file can): dropped.
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\ud800-\udfff]")
 _NO_SPACE_BEFORE = {".", ",", "!", "?", ";", ":", ")", "»", "%", "…"}
 _NO_SPACE_AFTER = {"¿", "¡", "(", "«", "$"}
 
 
 # ------------------------------------------------------------------ normalize
 def clean(text: str) -> str:
-    """NFC, invisible format characters removed, whitespace collapsed; case kept."""
+    """NFC, control characters, lone surrogates and invisible format characters removed,
+    whitespace collapsed; case kept."""
     if not isinstance(text, str):
         raise ValueError(f"text must be a str, got {type(text).__name__}")
-    text = unicodedata.normalize("NFC", text)
+    text = unicodedata.normalize("NFC", _CONTROL.sub("", text))
     text = _INVISIBLE.sub("", text.replace("\u200b", " "))
     return " ".join(text.split())
 
 
 def normalize_text(text: str) -> str:
-    """``clean`` and lower case: ``str.lower`` (not ``casefold``) keeps ß and every accent,
-    ``"¿ÉL?" -> "¿él?"``."""
+    """``clean``, then lower case: ``str.lower`` (not ``casefold``) keeps ß and every accent,
+    ``"¿ÉL?" -> "¿él?"``; a dotted capital I lowers to a plain i (``"İstanbul" -> "istanbul"``,
+    not i + a combining dot), and the result is NFC again."""
     if not isinstance(text, str):
         raise ValueError(f"text must be a str, got {type(text).__name__}")
-    return clean(text.lower())
+    return unicodedata.normalize("NFC", clean(text).lower().replace("i\u0307", "i"))
 
 
 def tokenize(text: str) -> list[str]:
