@@ -12,7 +12,7 @@ whole stack once per target position t = 1 .. L-1, so a length-L target costs L 
   row t.
 - ``n_pass_decode`` keeps the N passes but predicts from row t with rows 0..t visible (the
   shifted-target convention of this book); with ``hide_future_keys`` each pass also uses the
-  causal mask, and then it equals one causal pass (tested in ``tests/test_lecture.py``).
+  causal mask, and then it equals one causal pass (tested in ``tests/test_n_pass.py``).
 """
 
 from __future__ import annotations
