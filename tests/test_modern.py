@@ -310,3 +310,18 @@ def test_max_attention_logit_is_capped_by_qk_norm_and_grows_with_w_q():
     with torch.no_grad():  # only layer 0's W_Q: its logits scale by 10, layer 1's do not change
         free.blocks.layers[0].self_attn.in_proj.weight[:16].mul_(10)
     assert max_attention_logit(free, tokens) >= 5 * before
+
+
+def test_rope_tables_are_cached_and_equal_the_angles():
+    from xfl.position import rope_angles
+    x = torch.randn(2, 3, 7, 16, dtype=torch.float64)
+    angles = rope_angles(40, 7, 16)  # (7, 8): positions 40..46, computed afresh
+    cos, sin = angles.cos(), angles.sin()
+    even, odd = x[..., 0::2], x[..., 1::2]
+    expected = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+    assert torch.equal(apply_rope(x, start=40), expected)  # the cached table: bit for bit
+    with torch.inference_mode():  # a table first built here still serves autograd below
+        apply_rope(torch.randn(5, 32), start=3)
+    leaf = torch.randn(5, 32, requires_grad=True)
+    apply_rope(leaf, start=3).sum().backward()
+    assert leaf.grad is not None and leaf.grad.shape == (5, 32)

@@ -99,7 +99,7 @@ FIVE_SEEDS = (0, 1, 2, 3, 4)
 RECIPES = {
     "full": dict(data=dict(max_chars=100, n_valid=4000), seeds=FIVE_SEEDS,
                  recipe=Recipe(sizes=dict(d_model=128, num_heads=8, num_layers=4, dropout=0.0),
-                               length=128, steps=1500, batch=64, lr=1e-3, evals=10,
+                               length=128, steps=800, batch=64, lr=1e-3, evals=8,
                                valid_windows=1024)),
     "cpu": dict(data=dict(max_chars=40, n_valid=500, n_train=20000), seeds=FIVE_SEEDS,
                 recipe=Recipe(sizes=dict(d_model=48, num_heads=4, num_layers=2, dropout=0.0),
@@ -260,8 +260,8 @@ def learned_table_rms(model: GPT, length: int) -> dict[str, float]:
     ``length`` on (never reached in training), and of the √d-scaled token embedding."""
     rows, embed = model.embed.positions, model.embed
     rms = lambda t: float(t.detach().pow(2).mean().sqrt())
-    return {"trained rows": rms(rows[:length]), "untrained rows": rms(rows[length:]),
-            "token embedding": rms(embed.table.weight[1:] * embed.scale)}
+    return {"table rows < L": rms(rows[:length]), "table rows >= L": rms(rows[length:]),
+            "token embedding x sqrt(d)": rms(embed.table.weight[1:] * embed.scale)}
 
 
 @torch.no_grad()

@@ -8,6 +8,8 @@ with the same frequencies ω_i = base^(-2i/d), so q_m · k_n depends on m - n on
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -60,9 +62,32 @@ def rope_angles(start: int, length: int, head_dim: int, base: float = 10000.0,
     return positions[:, None] * omega
 
 
+@functools.lru_cache(maxsize=32)
+def _rope_table(positions: int, head_dim: int, base: float, device: torch.device,
+                dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos and sin ``(positions, head_dim/2)`` of the angles of positions 0.. (computed once)."""
+    with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable under autograd
+        angles = rope_angles(0, positions, head_dim, base, device)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rope_cos_sin(start: int, length: int, head_dim: int, base: float, device: torch.device,
+                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos and sin ``(length, head_dim/2)`` of ``rope_angles``, sliced from a table cached per
+    (size, device, dtype), as nanochat and Llama precompute them; computed afresh under
+    ``torch.compile`` (which folds them into the graph)."""
+    if torch.compiler.is_compiling():
+        angles = rope_angles(start, length, head_dim, base, device)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+    size = 1 << max(start + length - 1, 1).bit_length()  # a power of two >= start + length
+    cos, sin = _rope_table(size, head_dim, float(base), torch.device(device), dtype)
+    return cos[start:start + length], sin[start:start + length]
+
+
 def apply_rope(x: Tensor, start: int = 0, base: float = 10000.0) -> Tensor:
     """Rotate the pairs (2i, 2i+1) of ``x (..., L, d)`` at positions start.. by m·ω_i: ``(..., L, d)``."""
-    angles = rope_angles(start, x.shape[-2], x.shape[-1], base, x.device)  # (L, d/2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if x.shape[-1] % 2:
+        raise ValueError(f"rotary positions need an even head dimension, got {x.shape[-1]}")
+    cos, sin = rope_cos_sin(start, x.shape[-2], x.shape[-1], base, x.device, x.dtype)  # (L, d/2)
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
