@@ -11,7 +11,8 @@ feed-forward, learned positions: Radford et al., 2018) and, with ``causal=False`
 encoder-only model for masked-token training. Chapter 10's options (RMSNorm, rotary positions,
 SwiGLU, grouped-query attention, QK-norm, no biases, zero-initialised output projections) and
 GPT-2's exact block (tanh GELU, unscaled embeddings) are fields of ``GPTConfig``;
-``GPTConfig.modern(...)`` turns them all on.
+``GPTConfig.modern(...)`` turns them all on (in the book's block: ``xfl.hf_bridge`` maps it onto
+Hugging Face's Llama and Qwen3).
 
 Token tensors are ``(B, L)`` long; ``pad_id`` marks padding, which no query attends to.
 """
@@ -264,7 +265,8 @@ class GPTConfig(BlockConfig):
     ``rope_base``) or ``"none"``; ``ffn="swiglu"``/``"geglu"`` (hidden 2/3 · 4d unless ``d_hidden``);
     ``num_kv_heads`` (grouped-query attention); ``qk_norm``; ``bias=False`` (every Linear and
     LayerNorm); ``zero_init`` (each block's output projections start at zero); GPT-2's
-    ``activation="gelu_tanh"`` and ``scale_embedding=False``. ``GPTConfig.modern`` sets them all."""
+    ``activation="gelu_tanh"`` and ``scale_embedding=False``; nanochat's ``activation="relu2"``
+    and ``norm="rms_plain"`` (no gain). ``GPTConfig.modern`` sets the modern ones."""
 
     vocab_size: int
     num_layers: int = 4
@@ -284,9 +286,11 @@ class GPTConfig(BlockConfig):
 
     @classmethod
     def modern(cls, **fields) -> "GPTConfig":
-        """Today's decoder block (as in LLaMA-style models): RMSNorm, RoPE, SwiGLU, no biases,
-        QK-norm, zero-initialised output projections, an untied head and, unless given, half as
-        many kv heads as heads (all of them when the count is odd). ``fields`` override any."""
+        """Today's options on the book's block: RMSNorm, RoPE, SwiGLU, no biases, QK-norm,
+        zero-initialised output projections, an untied head and, unless given, half as many kv
+        heads as heads (all of them when the count is odd). It keeps the book's dropout (0.1),
+        √d embedding scale and Xavier init; ``xfl.hf_bridge`` maps it onto Llama / Qwen3 (equal
+        logits in eval mode). ``fields`` override any."""
         heads = fields.get("num_heads", cls.__dataclass_fields__["num_heads"].default)
         options = dict(MODERN_OPTIONS, num_kv_heads=heads // 2 if heads % 2 == 0 else heads)
         return cls(**{**options, **fields})
