@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tools.book import config as book_config
-from tools.book.config import FULL_PROFILE_CELL_TIMEOUT_S, VENDORED_KEYS
+from tools.book.config import FULL_PROFILE_CELL_TIMEOUT_S, VENDOR_FOLDER, VENDORED_KEYS
 from tools.book.executed import ChapterState, chapter_states
 
 from conftest import REPO_ROOT, chapter_files, load_config
@@ -36,8 +36,9 @@ def test_without_npm_the_scripts_come_from_their_cdns():
     config = book_config.book_config(base, fast=True, vendored=False)
     assert all(key in base["sphinx"]["config"] for key in VENDORED_KEYS)
     assert not any(key in config["sphinx"]["config"] for key in VENDORED_KEYS)
+    assert config["sphinx"]["config"]["html_static_path"] == ["book/static"]  # the CSS stays
     assert config["bibtex_bibfiles"] == base["bibtex_bibfiles"]  # the rest is unchanged
-    assert base["sphinx"]["config"]["html_static_path"] == ["book/vendor"]  # the input is untouched
+    assert base["sphinx"]["config"]["html_static_path"] == [VENDOR_FOLDER, "book/static"]  # input untouched
 
 
 @pytest.mark.parametrize("fast, timeout", [("1", None), ("0", FULL_PROFILE_CELL_TIMEOUT_S)])

@@ -2,7 +2,8 @@
 
 Each page must load with no script errors, no failed or 4xx/5xx requests and no request that
 leaves 127.0.0.1; its maths must be typeset by MathJax 3, its images decoded and its widgets
-rendered. The search box must find a chapter. Chapter 1's page is saved as a screenshot
+rendered. No code or output block may need a horizontal scroll bar in a 1,300-pixel-wide
+window (`book/static/xfl.css` wraps them). The search box must find a chapter. Chapter 1's page is saved as a screenshot
 under `_build/screenshots/` for the README.
 """
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.browser
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-VIEWPORT = {"width": 1280, "height": 860}
+VIEWPORT = {"width": 1300, "height": 860}  # a laptop; sideways scrolling checked at this width
 SCREENSHOT = REPO_ROOT / "_build" / "screenshots" / "chapter.png"
 EXTRA_PAGES = ["index", "genindex", "search"]  # pages Sphinx writes besides the toc's
 TYPESET_TIMEOUT_MS = 15_000
@@ -173,6 +174,24 @@ def unrendered_widgets(page) -> list[str]:
     return [] if rendered >= views else [f"{views} widget views, {rendered} rendered"]
 
 
+def sideways_scrolling(page) -> list[str]:
+    """Code and output blocks (and the page itself) wider than the box that shows them."""
+    return page.evaluate("""() => {
+        const blocks = document.querySelectorAll(
+            'div.cell, div.cell *, div.highlight, div.highlight *');
+        const found = [...blocks].filter(el => {
+            const overflow = getComputedStyle(el).overflowX;
+            return (overflow === 'auto' || overflow === 'scroll')
+                && el.scrollWidth > el.clientWidth + 1;
+        }).map(el => `scrolls sideways by ${el.scrollWidth - el.clientWidth} px: `
+                     + el.textContent.trim().slice(0, 70));
+        const root = document.documentElement;
+        if (root.scrollWidth > root.clientWidth + 1)
+            found.push(`the page scrolls sideways by ${root.scrollWidth - root.clientWidth} px`);
+        return found;
+    }""")
+
+
 def test_every_built_page_is_checked(built_book):
     built = {str(p.relative_to(built_book.html).with_suffix(""))
              for p in built_book.html.rglob("*.html") if "_static" not in p.parts}
@@ -185,6 +204,7 @@ def test_page_works_offline(tab, book_url, docname):
     found = unfinished_maths(page)
     found += [f"image did not load: {src}" for src in broken_images(page)]
     found += unrendered_widgets(page)
+    found += sideways_scrolling(page)
     page.wait_for_load_state("networkidle")
     problems = tab.problems + found
     assert not problems, "\n".join(problems)

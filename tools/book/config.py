@@ -35,7 +35,8 @@ from xfl.runtime import profile
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL_PROFILE_CELL_TIMEOUT_S = 3600  # a full-profile training cell on a T4 takes up to ~30 min
-VENDORED_KEYS = ("html_static_path", "mathjax_path", "nb_ipywidgets_js")
+VENDORED_KEYS = ("mathjax_path", "nb_ipywidgets_js")
+VENDOR_FOLDER = "book/vendor"  # in html_static_path beside the book's own CSS (book/static)
 
 
 def book_config(base: dict, fast: bool, vendored: bool, stored: list[ChapterState] = (),
@@ -50,6 +51,8 @@ def book_config(base: dict, fast: bool, vendored: bool, stored: list[ChapterStat
         sphinx = config["sphinx"]["config"]
         for key in VENDORED_KEYS:
             sphinx.pop(key, None)
+        sphinx["html_static_path"] = [folder for folder in sphinx.get("html_static_path", [])
+                                      if folder != VENDOR_FOLDER]
     if stored:
         render_stored(config, stored)
     if executed:
