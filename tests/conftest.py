@@ -12,6 +12,7 @@ working on the tests themselves.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -179,3 +180,21 @@ def chapter_run(request, chapter: str, kernel: str) -> nbformat.NotebookNode:
         return nbrecord.wait_for(records[chapter], BUILD_TIMEOUT_S)
     except nbrecord.RecordError as error:
         pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def colab(request, tmp_path_factory) -> dict:
+    """What `tools.env.colab_env.prepare` recorded: the environment, the versions before and after
+    the install cells' installs, its kernel. This run's record when nbval runs on that kernel
+    (`make test`); else prepared now, with its kernel on JUPYTER_PATH for the module's tests."""
+    from tools.env import colab_env
+
+    if request.config.getoption("nbval_kernel_name", None) == colab_env.KERNEL:
+        yield json.loads(colab_env.RECORD.read_text(encoding="utf-8"))
+        return
+    folder = tmp_path_factory.mktemp("colab")
+    facts = colab_env.prepare(jupyter_dir=folder / "jupyter", record=folder / "colab-env.json")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JUPYTER_PATH", str(folder / "jupyter"))
+        mp.setenv("XFL_FAST", "1")
+        yield facts

@@ -10,7 +10,6 @@ Either way the kernel is started from the project's environment, as Colab's fron
 
 from __future__ import annotations
 
-import json
 import platform
 import re
 import tomllib
@@ -26,25 +25,6 @@ CHAPTERS = chapter_files()
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
-@pytest.fixture(scope="module")
-def colab(request, tmp_path_factory, monkeypatch_module) -> dict:
-    """What `tools.env.colab_env.prepare` recorded: the environment, the versions before and after the
-    install cell's install, its kernel. This run's record when nbval runs on that kernel."""
-    if request.config.getoption("nbval_kernel_name", None) == colab_env.KERNEL:
-        return json.loads(colab_env.RECORD.read_text(encoding="utf-8"))
-    folder = tmp_path_factory.mktemp("colab")
-    facts = colab_env.prepare(jupyter_dir=folder / "jupyter", record=folder / "colab-env.json")
-    monkeypatch_module.setenv("JUPYTER_PATH", str(folder / "jupyter"))
-    monkeypatch_module.setenv("XFL_FAST", "1")
-    return facts
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    with pytest.MonkeyPatch.context() as mp:
-        yield mp
-
-
 def test_the_install_cell_upgrades_nothing_colab_has(colab):
     before, after = colab["before"], colab["after"]
     assert colab["requirements"] == colab_env.chapters_requirements()
@@ -54,6 +34,18 @@ def test_the_install_cell_upgrades_nothing_colab_has(colab):
                if colab_env.normalized(name) in colab_has and after.get(name) != v}
     assert changed == {}, f"installing xfl changed Colab's packages: {changed}"
     assert before["ipywidgets"] == "7.7.1" and after["torch"] == before["torch"]
+
+
+def test_the_exercises_install_cell_changes_nothing_colab_has(colab):
+    """The exercise notebooks' first cell (xfl, then otter-grader without the dependencies that
+    would upgrade Colab's ipywidgets 7.7.1) adds packages and changes none of Colab's."""
+    before, after = colab["before"], colab["after_exercises"]
+    assert colab["exercise_installs"] == colab_env.exercises_installs()
+    colab_has = colab_env.colab_list()[1]
+    changed = {name: (v, after.get(name)) for name, v in before.items()
+               if colab_env.normalized(name) in colab_has and after.get(name) != v}
+    assert changed == {}, f"the exercises' install cell changed Colab's packages: {changed}"
+    assert after["ipywidgets"] == "7.7.1" and "otter-grader" in after
 
 
 def test_the_environment_holds_colabs_versions_but_the_printed_deviations(colab):
@@ -86,15 +78,17 @@ def test_every_lower_bound_we_claim_is_a_version_the_colab_like_run_uses(colab):
 
 
 def test_a_release_colab_has_that_does_not_install_here_gets_the_nearest(monkeypatch):
-    pins = {"torch": "2.11.0+cu128", "oldpkg": "1.2.3", "numpy": "2.1.3"}
-    installable = {"torch==2.11.0", "numpy==2.1.3", "oldpkg==1.2.5"}
+    chosen, deviations = colab_env.public_releases({"torch": "2.11.0+cu128", "oldpkg": "1.2.3"})
+    assert chosen == {"torch": "2.11.0", "oldpkg": "1.2.3"}
+    assert [(d["package"], d["colab"], d["here"]) for d in deviations] == [("torch", "2.11.0+cu128", "2.11.0")]
+    installable = {"torch==2.11.0", "oldpkg==1.2.5"}
     monkeypatch.setattr(colab_env, "_dry_run_ok", lambda env, reqs: set(reqs) <= installable)
     monkeypatch.setattr(colab_env, "_available_versions", lambda env, name: ["2.0.0", "1.3.0", "1.2.5"])
-    chosen, deviations = colab_env.installable_pins(Path("env"), pins)
-    assert chosen == {"torch": "2.11.0", "oldpkg": "1.2.5", "numpy": "2.1.3"}
-    assert [(d["package"], d["colab"], d["here"]) for d in deviations] == [
-        ("torch", "2.11.0+cu128", "2.11.0"), ("oldpkg", "1.2.3", "1.2.5")]
-    assert colab_env.check_against_list({"Torch": "2.11.0+cpu", "numpy": "2.4.0"}, chosen) == {
+    chosen, deviations = colab_env.stand_ins(Path("env"), chosen)
+    assert chosen == {"torch": "2.11.0", "oldpkg": "1.2.5"}
+    assert [(d["package"], d["colab"], d["here"]) for d in deviations] == [("oldpkg", "1.2.3", "1.2.5")]
+    assert colab_env.check_against_list({"Torch": "2.11.0+cpu", "numpy": "2.4.0"},
+                                        {**chosen, "numpy": "2.1.3"}) == {
         "oldpkg": ("1.2.5", None), "numpy": ("2.1.3", "2.4.0")}
     with pytest.raises(ValueError, match="no installable version to stand in for 1.2.3"):
         colab_env.nearest_version("1.2.3", [])

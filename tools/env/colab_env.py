@@ -48,6 +48,7 @@ KERNELS = RUN_DIR / "jupyter"  # a JUPYTER_PATH entry holding kernels/xfl-colab-
 
 RUNTIME_LIST = Path(__file__).with_name("colab-runtime.txt")  # Colab's versions, with source and date
 PIP_INSTALL = re.compile(r"^\s*%pip install (.+)$", re.M)
+MYST_CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.M | re.S)
 GIT_REQUIREMENT = re.compile(r"git\+\S+?(?=[\"'\s]|$)")
 
 
@@ -101,22 +102,23 @@ def nearest_version(wanted: str, available: list[str]) -> str:
     return min(available, key=lambda v: [abs(a - b) for a, b in zip(_release(v), target)])
 
 
-def installable_pins(env: Path, pins: dict[str, str]) -> tuple[dict[str, str], list[dict]]:
-    """What to install for Colab's ``pins`` with ``env``'s Python, and the deviations: a local
-    build tag (``+cu128``: PyPI serves none), or the nearest version where Colab's is not
-    installable here (checked one package at a time only if the whole list fails)."""
-    chosen, deviations = {}, []
-    for name, version in pins.items():
-        chosen[name] = version.split("+")[0]
-        if chosen[name] != version:
-            deviations.append({"package": name, "colab": version, "here": chosen[name],
-                               "why": "PyPI has no local builds; its wheel of the same release"})
-    if _dry_run_ok(env, [f"{n}=={v}" for n, v in chosen.items()]):
-        return chosen, deviations
+def public_releases(pins: dict[str, str]) -> tuple[dict[str, str], list[dict]]:
+    """``pins`` without local build tags (``2.11.0+cu128`` -> ``2.11.0``: PyPI serves none), and
+    a deviation for each tag dropped."""
+    chosen = {name: version.split("+")[0] for name, version in pins.items()}
+    return chosen, [{"package": name, "colab": pins[name], "here": chosen[name],
+                     "why": "PyPI has no local builds; its wheel of the same release"}
+                    for name in pins if chosen[name] != pins[name]]
+
+
+def stand_ins(env: Path, chosen: dict[str, str]) -> tuple[dict[str, str], list[dict]]:
+    """For each release of ``chosen`` that pip cannot install into ``env`` (tried one at a time),
+    the nearest one it can; returns the new choice and a deviation for each stand-in."""
+    chosen, deviations = dict(chosen), []
     for name, version in list(chosen.items()):
         if not _dry_run_ok(env, [f"{name}=={version}"]):
             chosen[name] = nearest_version(version, _available_versions(env, name))
-            deviations.append({"package": name, "colab": pins[name], "here": chosen[name],
+            deviations.append({"package": name, "colab": version, "here": chosen[name],
                                "why": f"Colab's release does not install on Python {sys.version.split()[0]}"})
     return chosen, deviations
 
@@ -141,8 +143,13 @@ def ensure_preinstalled(env: Path = DEFAULT_ENV, donor: Path | None = DONOR_ENV)
     venv.EnvBuilder(clear=True, with_pip=True).create(env)
     if donor is not None and python_of(donor).exists():
         link_heavy_packages(donor, env)
-    chosen, deviations = installable_pins(env, pins)
-    _pip(env, "install", "-q", *(f"{n}=={v}" for n, v in chosen.items()))
+    chosen, deviations = public_releases(pins)
+    try:
+        _pip(env, "install", "-q", *(f"{n}=={v}" for n, v in chosen.items()))
+    except subprocess.CalledProcessError:  # some release does not install here: find which
+        chosen, stood_in = stand_ins(env, chosen)
+        deviations += stood_in
+        _pip(env, "install", "-q", *(f"{n}=={v}" for n, v in chosen.items()))
     missing = check_against_list(installed_versions(env), chosen)
     if missing:
         raise RuntimeError(f"the Colab-like environment differs from {RUNTIME_LIST.name}: {missing}")
@@ -199,16 +206,34 @@ def link_heavy_packages(donor: Path, env: Path) -> int:
     return linked
 
 
+def pip_installs(cell: str, checkout: Path = ROOT) -> list[list[str]]:
+    """The arguments of each ``%pip install`` line of the code ``cell`` (``-q`` left out), git
+    URLs pointing at ``checkout`` (``xfl @ git+https://...`` -> ``xfl @ file:///...``)."""
+    return [[GIT_REQUIREMENT.sub(checkout.resolve().as_uri(), a) for a in shlex.split(line) if a != "-q"]
+            for line in PIP_INSTALL.findall(cell)]
+
+
 def first_cell_requirements(notebook: Path, checkout: Path = ROOT) -> list[str]:
     """The requirements a chapter's first code cell installs, with its git URL pointing at
-    ``checkout`` (``xfl @ git+https://...`` -> ``xfl @ file:///...``)."""
+    ``checkout``."""
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     first = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
-    match = PIP_INSTALL.search(first)
-    if match is None:
+    installs = pip_installs(first, checkout)
+    if not installs:
         raise ValueError(f"the first code cell of {notebook} runs no `%pip install`:\n{first}")
-    args = [a for a in shlex.split(match.group(1)) if not a.startswith("-")]
-    return [GIT_REQUIREMENT.sub(checkout.resolve().as_uri(), a) for a in args]
+    return [a for a in installs[0] if not a.startswith("-")]
+
+
+def exercises_installs(root: Path = ROOT) -> list[list[str]]:
+    """The ``%pip install`` commands of every exercise notebook's first code cell (read from
+    ``chapters/*/exercises.md``); ValueError unless every one installs the same."""
+    found = {}
+    for source in sorted(root.glob("chapters/*/exercises.md")):
+        first = MYST_CODE_CELL.search(source.read_text(encoding="utf-8"))
+        found[source.parent.name] = json.dumps(pip_installs(first.group(1) if first else "", root))
+    if len(set(found.values())) != 1 or found and json.loads(next(iter(found.values()))) == []:
+        raise ValueError(f"the exercises' install cells differ or install nothing: {found}")
+    return json.loads(next(iter(found.values())))
 
 
 def installed_versions(env: Path) -> dict[str, str]:
@@ -234,14 +259,13 @@ def oldest_claimed(pins: dict[str, str], path: Path = REQUIREMENTS) -> list[str]
     return [f"{name}=={version}" for name, version in lower_bounds(path).items() if name not in pins]
 
 
-def install_chapter_requirements(env: Path, requirements: list[str], constraints: list[str]) -> None:
-    """Install what the first cell installs, as on Colab (this checkout's xfl, fresh each time),
-    the packages Colab lacks at ``constraints`` (``name==version``)."""
-    _pip(env, "uninstall", "-q", "-y", "xfl")
+def install(env: Path, args: list[str], constraints: list[str]) -> None:
+    """``pip install args`` into ``env`` as a notebook's install cell does, the packages Colab
+    lacks held at ``constraints`` (``name==version``)."""
     with tempfile.TemporaryDirectory() as tmp:
         pinned = Path(tmp) / "constraints.txt"
         pinned.write_text("\n".join(constraints) + "\n", encoding="utf-8")
-        _pip(env, "install", "-q", "--no-cache-dir", "-c", str(pinned), *requirements)  # no cache: xfl by path
+        _pip(env, "install", "-q", "--no-cache-dir", "-c", str(pinned), *args)  # no cache: xfl by path
 
 
 def chapter_notebooks(root: Path = ROOT) -> list[Path]:
@@ -269,16 +293,21 @@ def register_kernel(env: Path, jupyter_dir: Path) -> Path:
 
 def prepare(env: Path = DEFAULT_ENV, jupyter_dir: Path = KERNELS, record: Path = RECORD) -> dict:
     """Build ``env`` if needed, install the chapters' requirements as their first cell does (what
-    Colab lacks at the oldest versions requirements.txt claims), register the kernel and record
-    ``{env, requirements, constraints, before, after, deviations, kernel}``."""
+    Colab lacks at the oldest versions requirements.txt claims), then what the exercise
+    notebooks' first cell installs; register the kernel and record the versions before, after
+    the chapters' install and after the exercises' (``before``, ``after``, ``after_exercises``)."""
     ensure_preinstalled(env)
     requirements, constraints = chapters_requirements(), oldest_claimed(colab_list()[1])
     before = installed_versions(env)
-    install_chapter_requirements(env, requirements, constraints)
+    _pip(env, "uninstall", "-q", "-y", "xfl")  # this checkout's xfl, fresh each time
+    install(env, requirements, constraints)
+    after = installed_versions(env)
+    for args in exercises_installs():
+        install(env, args, constraints)
     facts = {"env": str(env.resolve()), "requirements": requirements, "constraints": constraints,
-             "before": before,
-             "after": installed_versions(env), "deviations": print_deviations(env), "kernel": KERNEL,
-             "kernelspec": str(register_kernel(env, jupyter_dir))}
+             "before": before, "after": after, "exercise_installs": exercises_installs(),
+             "after_exercises": installed_versions(env), "deviations": print_deviations(env),
+             "kernel": KERNEL, "kernelspec": str(register_kernel(env, jupyter_dir))}
     write_text_atomic(record, json.dumps(facts, indent=1))
     return facts
 

@@ -1,0 +1,62 @@
+"""Every exercise notebook runs as a student's would on Colab: the student notebook, its answers
+filled in from the solutions, executed on the Colab-like kernel (`tools/env/colab_env.py`, which
+has installed what the notebook's first cell installs), and every public check passes.
+
+Under `make test` the exercises are already built (`_build/exercises/`) and the environment is
+prepared; run on its own, this file builds and prepares them itself.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from conftest import REPO_ROOT
+from tools.grading import exercises
+
+SOURCES = exercises.sources(REPO_ROOT)
+BUILT = REPO_ROOT / "_build" / "exercises"
+CHECK_TIMEOUT_S = 300
+PASSED = "{} results: All test cases passed!"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The exercises `make exercises` built, when they are newer than every source; else built now."""
+    stamp = BUILT / ".stamp"
+    if stamp.exists() and all(s.stat().st_mtime < stamp.stat().st_mtime for s in SOURCES):
+        return BUILT
+    out = tmp_path_factory.mktemp("exercises")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda s: exercises.build_chapter(s, out, run_tests=False), SOURCES))
+    return out
+
+
+def solved_student_notebook(built: Path, chapter: str) -> nbformat.NotebookNode:
+    """The student notebook with each answer cell replaced by the solution's."""
+    name = f"{chapter}_exercises.ipynb"
+    student = nbformat.read(built / "student" / name, as_version=4)
+    solved = nbformat.read(built / "solutions" / name, as_version=4)
+    assert len(student.cells) == len(solved.cells), chapter
+    for cell, answer in zip(student.cells, solved.cells):
+        if "otter_answer_cell" in cell.metadata.get("tags", []):
+            cell.source = answer.source
+    return student
+
+
+@pytest.mark.parametrize("chapter", [exercises.chapter_of(s) for s in SOURCES])
+def test_exercise_notebook_passes_its_public_checks_in_the_colab_like_environment(
+        colab, built, chapter, tmp_path):
+    nb = solved_student_notebook(built, chapter)
+    NotebookClient(nb, kernel_name=colab["kernel"], timeout=CHECK_TIMEOUT_S,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    checks = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(exercises.CHECK_PREFIX)]
+    assert checks, f"{chapter}: no grader.check cell"
+    for cell in checks:
+        question = cell.source.split('"')[1]
+        shown = [o.get("data", {}).get("text/plain", "") for o in cell.outputs]
+        assert any(s.startswith(PASSED.format(question)) for s in shown), (chapter, question, shown)
