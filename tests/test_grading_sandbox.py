@@ -123,16 +123,16 @@ def channel(data: bytes):
     import os
     import subprocess
 
-    from tools.grading.grader import StudentProcess
-
     import tempfile
+
+    from tools.grading.student import StudentProcess
 
     proc = StudentProcess.__new__(StudentProcess)
     with tempfile.TemporaryFile() as f:  # a file, not a pipe: a long line would fill a pipe
         f.write(data)
         f.seek(0)
         read = os.dup(f.fileno())
-    proc.events, proc.buffer, proc.uid = read, bytearray(), None
+    proc.events, proc.buffer, proc.scanned, proc.uid, proc.cgroup = read, bytearray(), 0, None, None
     proc.deadline = float("inf")
     proc.proc = subprocess.Popen(["true"])
     return proc
@@ -142,15 +142,15 @@ def channel(data: bytes):
                                   b'{"event": 5}\n', b"[1, 2]\n", b"not json\n"],
                          ids=["bad utf-8", "deep nesting", "huge int", "event not a string", "a list", "not json"])
 def test_a_malformed_event_loses_that_process_not_the_grader(line):
-    from tools.grading.grader import ProcessLost
+    from tools.grading.student import ProcessLost
     with pytest.raises(ProcessLost, match="not an event"):
         channel(line).receive(5.0)
 
 
 def test_an_oversized_message_is_refused(monkeypatch):
-    from tools.grading import grader
-    monkeypatch.setattr(grader, "MAX_MESSAGE", 1000)
-    with pytest.raises(grader.ProcessLost, match="over"):
+    from tools.grading import student
+    monkeypatch.setattr(student, "MAX_MESSAGE", 1000)
+    with pytest.raises(student.ProcessLost, match="over"):
         channel(b'{"event": "reply", "value": "' + b"x" * 5000).receive(5.0)
 
 

@@ -14,6 +14,13 @@ The limits themselves (memory, processes, file size, open files, CPU time) are s
 grader's, which kills the sandbox's first process: the kernel then ends every process of its PID
 namespace, detached ones included.
 
+Memory is bounded per sandbox, not only per process: as root, where the machine lets it create a
+memory cgroup (``MemoryCgroup``: cgroup v1's memory controller, or v2 where ``memory`` can be
+enabled below the grader's own cgroup), every process of the sandbox is in one cgroup of
+``sandbox_memory_mb``, and the kernel's OOM killer ends a process of that sandbox, never the
+grader's. Elsewhere the bound is ``processes`` x ``memory_mb`` of address space (64 x 4 GiB at
+the defaults): what the per-process limits give together, far more than a machine has.
+
 Without ``bwrap`` (Debian: ``apt-get install bubblewrap``) or where it cannot start, the grader
 refuses to grade unless told ``--unsandboxed``; see ``book/instructors.md``.
 """
@@ -35,14 +42,97 @@ FIRST_UID = 1_900_000_000  # as root, sandbox k of grader pid p runs as uid FIRS
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-sandbox bounds (sizes in MiB); ``output`` caps the log kept of its printed output."""
+    """Per-sandbox bounds (sizes in MiB); ``output`` caps the log kept of its printed output;
+    ``memory_mb`` is each process's address space, ``sandbox_memory_mb`` the memory all the
+    sandbox's processes hold together (where a memory cgroup can be made)."""
     memory_mb: int = 4096
+    sandbox_memory_mb: int = 4096
     processes: int = 64
     file_mb: int = 64
     open_files: int = 256
     cpu_s: int = 1800
     tmp_mb: int = 256
     output_mb: int = 4
+
+
+class MemoryCgroup:
+    """A memory cgroup of one sandbox: ``wrap`` a command so that it enters the cgroup before it
+    runs; ``remove`` once its processes are gone. ``create`` returns None where none can be made
+    (not root, no memory controller, a read-only ``/sys/fs/cgroup``)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, name: str, limit_mb: int) -> MemoryCgroup | None:
+        if os.geteuid() != 0:
+            return None
+        for base, limit_file in _memory_cgroup_bases():
+            path = base / name
+            try:
+                path.mkdir(exist_ok=True)
+                (path / limit_file).write_text(str(limit_mb << 20))
+            except OSError:
+                _rmdir(path)
+                continue
+            return cls(path)
+        return None
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` run by a shell that first moves itself into the cgroup (then ``exec``)."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
+
+    def remove(self) -> None:
+        _rmdir(self.path)
+
+    @staticmethod
+    def remove_all(prefix: str) -> None:
+        """Remove the cgroups named ``prefix*`` (those of a judge that was killed)."""
+        for base, _ in _memory_cgroup_bases():
+            for path in base.glob(f"{prefix}*"):
+                _rmdir(path)
+
+
+def _memory_cgroup_bases() -> list[tuple[Path, str]]:
+    """(folder a child cgroup can be made in, its memory limit file): v1's memory hierarchy, or
+    v2 where the grader's cgroup lets children have the memory controller."""
+    found = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            found.append((Path("/sys/fs/cgroup/memory") / path.lstrip("/"), "memory.limit_in_bytes"))
+        elif controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            v2 = Path("/sys/fs/cgroup") / path.lstrip("/")
+            if "memory" in _read(v2 / "cgroup.subtree_control").split():
+                found.append((v2, "memory.max"))
+    return [(base, f) for base, f in found if (base / f).exists() or f == "memory.max"]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _rmdir(path: Path, seconds: float = 5.0) -> None:
+    """Remove a cgroup folder, waiting while its last processes are being reaped."""
+    import time
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > end:
+                return
+            time.sleep(0.05)
 
 
 class SandboxUnavailable(RuntimeError):

@@ -1,0 +1,154 @@
+"""The grades: one file per student as soon as that student is graded, then the CSV and JSON.
+
+``ResultStore`` writes each student's result atomically into ``<output>-results/`` the moment
+it is known, with the sha256 of the notebook and of the autograder zip; the CSV and JSON are
+then assembled from those files. A grader that dies on student k keeps students 1..k-1, and a
+rerun grades only whoever has no result for the same notebook and zip.
+
+Student text is untrusted text: names (file names may hold any byte), notebook metadata and
+the messages tests quote are made UTF-8-safe (``safe_text``: undecodable bytes, lone surrogates
+and control characters become visible escapes), capped in length, and quoted as such in the
+notes (``quoted``); a CSV cell that a spreadsheet would read as a formula (``= + - @``, tab,
+carriage return) gets a leading ``'`` (``csv_cell``).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xfl.atomic_files import write_text_atomic
+
+MAX_NAME = 80  # characters of a student's name kept in the CSV
+MAX_QUOTE = 80  # characters of other student text quoted in a note
+MAX_MESSAGE = 4000  # characters of a test case's message (they quote the student's values)
+MAX_NOTES = 40  # notes per student; the rest are counted
+MAX_NOTE = 400  # characters of one note
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+@dataclass
+class Grade:
+    student: str
+    scores: dict[str, float] = field(default_factory=dict)
+    cases: dict[str, list] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        """Add a note (capped in length and in number)."""
+        if len(self.notes) < MAX_NOTES:
+            self.notes.append(safe_text(text, MAX_NOTE))
+        elif len(self.notes) == MAX_NOTES:
+            self.notes.append("further notes left out")
+
+
+def safe_text(text, cap: int) -> str:
+    """``text`` as printable UTF-8 text of at most ``cap`` characters (plus ``...``): surrogates
+    (a lone one, or an undecodable byte of a file name) and control characters escaped."""
+    text = str(text)
+    if len(text) > 4 * cap:
+        text = text[:4 * cap]
+    text = text.encode("utf-8", "surrogateescape" if _is_name(text) else "backslashreplace")
+    text = "".join(ch if _printable(ch) else ascii(ch)[1:-1] for ch in text.decode("utf-8", "backslashreplace"))
+    return text if len(text) <= cap else text[:cap] + "..."
+
+
+def _printable(ch: str) -> bool:
+    category = unicodedata.category(ch)
+    return category[0] != "C" and category not in ("Zl", "Zp")
+
+
+def _is_name(text: str) -> bool:
+    """True when every surrogate in ``text`` is an undecodable byte (``os.fsdecode``'s escape)."""
+    return all(not 0xD800 <= ord(ch) < 0xDC80 for ch in text if 0xD800 <= ord(ch) <= 0xDFFF)
+
+
+def quoted(text, cap: int = MAX_QUOTE) -> str:
+    """Student text inside a note: safe, capped, and marked as the student's words."""
+    return '"' + safe_text(text, cap).replace('"', "'") + '"'
+
+
+def csv_cell(text: str) -> str:
+    """A CSV cell no spreadsheet runs as a formula."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def display_name(student: str) -> str:
+    return safe_text(student, MAX_NAME)
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class ResultStore:
+    """Per-student result files in ``folder``, each written atomically when it is known."""
+
+    def __init__(self, folder: Path, autograder_sha: str):
+        self.folder, self.autograder_sha = folder, autograder_sha
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, student: str) -> Path:
+        raw = os.fsencode(student) if _is_name(student) else student.encode("utf-8", "backslashreplace")
+        return self.folder / f"{hashlib.sha256(raw).hexdigest()[:32]}.json"
+
+    def have(self, student: str, notebook_sha: str | None) -> Grade | None:
+        """The stored grade of ``student`` if it is for this notebook and this zip."""
+        try:
+            data = json.loads(self._path(student).read_text())
+        except (OSError, ValueError):
+            return None
+        if (data.get("notebook_sha256") != notebook_sha or data.get("autograder_sha256") != self.autograder_sha
+                or data.get("grade_again")):
+            return None
+        return Grade(display_name(student), data["scores"], data["cases"], data["notes"])
+
+    def record(self, student: str, grade: Grade, notebook_sha: str | None, grade_again: bool = False) -> None:
+        """Store ``grade``; ``grade_again``: a fault of the grader's, which a rerun tries again."""
+        grade.student = display_name(student)
+        data = {"student": grade.student, "notebook_sha256": notebook_sha, "grade_again": grade_again,
+                "autograder_sha256": self.autograder_sha, "scores": grade.scores,
+                "notes": [safe_text(n, MAX_NOTE) for n in grade.notes], "cases": _safe_cases(grade.cases)}
+        write_text_atomic(self._path(student), json.dumps(data, indent=1))
+
+
+def _safe_cases(cases: dict[str, list]) -> dict[str, list]:
+    return {q: [c | {"message": safe_text(c.get("message") or "", MAX_MESSAGE)} for c in results]
+            for q, results in cases.items()}
+
+
+def grades_csv(grades: list[Grade], questions) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["student", *(q.name for q in questions), "total", "possible", "notes"])
+    possible = sum(q.points for q in questions)
+    for g in grades:
+        scores = [g.scores.get(q.name, 0.0) for q in questions]
+        notes = "; ".join(safe_text(n, MAX_NOTE) for n in g.notes)
+        writer.writerow([csv_cell(display_name(g.student)), *(_num(s) for s in scores), _num(sum(scores)),
+                         _num(possible), csv_cell(notes)])
+    return out.getvalue()
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def write_outputs(output: Path, grades: list[Grade], questions, details: dict) -> None:
+    """``output`` (CSV) and its JSON, atomically, from the students' results."""
+    details = details | {"questions": {q.name: q.points for q in questions},
+                         "students": {display_name(g.student): {"scores": g.scores, "notes": g.notes,
+                                                                 "cases": _safe_cases(g.cases)} for g in grades}}
+    write_text_atomic(output.with_suffix(".json"), json.dumps(details, indent=1))
+    write_text_atomic(output, grades_csv(grades, questions))
