@@ -21,7 +21,8 @@ fixtures; each fixture fails every *hidden* test case of its question (it may pa
 sanity check); and generic no-attempt answers (the first argument echoed, zeros shaped like
 it, constants, ``raise NotImplementedError``) fail every test case of every question. The
 tests are the ones ``otter assign`` puts into the autograder zip, read from the source the
-way it reads them (``tests/test_exercises.py`` checks the two agree).
+way it reads them (``tests/test_exercises.py`` checks the two agree), and every call crosses
+``tools.grading.wire`` as it does in the grader.
 """
 
 from __future__ import annotations
@@ -125,10 +126,23 @@ def results(question: Question, ns: dict, answer: str | None = None) -> list[tup
     ns = dict(ns)
     if answer is not None:
         exec(compile(answer, f"<answer to {question.name}>", "exec"), ns)
-    env = {k: v for k, v in ns.items() if callable(v) and not k.startswith("_")}
+    env = {k: over_the_wire(v) for k, v in ns.items() if callable(v) and not k.startswith("_")}
     tests = ExceptionTestFile.from_string(otter_test_file(question), path=f"{question.name}.py")
     tests.run(env)
     return [(r.test_case.hidden, r.passed) for r in tests.test_case_results]
+
+
+def over_the_wire(fn):
+    """``fn`` as the grader calls it: arguments and result cross as plain data
+    (``tools.grading.wire``), so a test that passes what the grader cannot send fails here too."""
+    from tools.grading.wire import from_plain, to_plain
+
+    def call(*args, **kwargs):
+        args, kwargs = from_plain(to_plain(list(args))), from_plain(to_plain(kwargs))
+        return from_plain(to_plain(fn(*args, **kwargs)))
+
+    call.__name__ = getattr(fn, "__name__", "answer")
+    return call
 
 
 NO_ATTEMPT_HELPERS = '''

@@ -46,17 +46,6 @@ def standardize(images, mean, std):
         "the sample std (divides by n - 1)": STREAM.format(body='''
     x = torch.cat([c.double() / 255 for c in chunks])
     return x.mean(dim=(0, 2, 3)), x.transpose(0, 1).reshape(3, -1).std(dim=1)'''),
-        "reads the chunks twice (a generator is empty the second time)": STREAM.format(body='''
-    total = torch.zeros(3, dtype=torch.float64)
-    count = 0
-    for chunk in chunks:
-        total += (chunk.double() / 255).sum(dim=(0, 2, 3))
-        count += chunk.shape[0] * chunk.shape[2] * chunk.shape[3]
-    mean = total / count
-    squares = torch.zeros(3, dtype=torch.float64)
-    for chunk in chunks:
-        squares += ((chunk.double() / 255 - mean[:, None, None]) ** 2).sum(dim=(0, 2, 3))
-    return mean, (squares / count).sqrt()'''),
     },
     "q4": {
         "the mean of the per-image stds": '''
