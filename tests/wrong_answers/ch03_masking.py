@@ -122,5 +122,23 @@ def zeroed_passes(x, W_Q, W_K, W_V):
         rows.append((weights @ (part @ W_V))[t])
     return torch.stack(rows)
 ''',
+    },    "q7": {
+        "causal only: documents see each other": '''
+def packed_causal_mask(segment_ids):
+    ids = torch.as_tensor(segment_ids)
+    L = ids.shape[-1]
+    return torch.ones(L, L, dtype=torch.bool).tril().expand(ids.shape[0], L, L)
+''',
+        "same document only: forgets the order": '''
+def packed_causal_mask(segment_ids):
+    ids = torch.as_tensor(segment_ids)
+    return ids[:, :, None] == ids[:, None, :]
+''',
+        "a key sees its query (the transposed triangle)": '''
+def packed_causal_mask(segment_ids):
+    ids = torch.as_tensor(segment_ids)
+    L = ids.shape[-1]
+    return (ids[:, :, None] == ids[:, None, :]) & torch.ones(L, L, dtype=torch.bool).triu()
+''',
     },
 }
