@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xfl.attention import MultiHeadAttention
-from xfl.estimate import (H100, OPTIMIZER_OPS, T4, Gpu, Work, attention_flops, count_flops, measure,
+from xfl.estimate import (H100, OPTIMIZER_OPS, T4, Device, Work, attention_flops, count_flops, measure,
                           training_step)
 from xfl.model import GPT, GPTConfig
 from xfl.train import lm_loss
@@ -59,7 +59,7 @@ def test_training_step_is_about_three_forwards():
 
 
 def test_the_rule_adds_compute_and_op_time():
-    gpu = Gpu("toy", peak_flops=1e12, fraction=0.5, op_seconds=1e-5, source="a test")
+    gpu = Device("toy", peak_flops=1e12, fraction=0.5, op_seconds=1e-5, source="a test")
     assert gpu.seconds(Work(flops=1e12, ops=1000)) == pytest.approx(2.0 + 0.01)
     assert 3 * Work(1, 2) + Work(1, 1) == Work(4, 7)
     assert H100.seconds(Work(1e15, 0)) < T4.seconds(Work(1e15, 0)) / 10  # 989 vs 65 TFLOPS peak

@@ -12,7 +12,7 @@ The rule, per piece of work (one training step, one decoding step):
 - aten ops are counted with the default attention backend (what a GPU runs): in eager mode
   (no ``torch.compile`` on a T4) every op costs host time to dispatch and launch, and small
   models are bound by it. ``OPTIMIZER_OPS`` adds the clip, GradScaler and fused AdamW kernels.
-- ``fraction`` and ``op_seconds`` are assumptions (``Gpu``'s docstring) until a T4, or the
+- ``fraction`` and ``op_seconds`` are assumptions (``Device``'s docstring) until a T4, or the
   recorded H100 step times, measure them.
 
 FLOPs of a transformer step are linear in the batch at a fixed sequence length, so a step is
@@ -35,17 +35,17 @@ OPTIMIZER_OPS = 20  # clip_grad_norm_ (foreach), GradScaler unscale/update, fuse
 
 
 @dataclass(frozen=True)
-class Gpu:
-    """A GPU for the estimate: its dense tensor-core peak at the precision the book uses there,
-    the achieved fraction of it on counted FLOPs and the host seconds per eager aten op.
+class Device:
+    """A GPU (or CPU) for the estimate: its dense peak at the precision the book uses there, the
+    achieved fraction of it on counted FLOPs and the host seconds per eager aten op.
 
-    ``fraction`` 0.25: fp16 GEMMs of a few thousand rows by 256..1024 (this book's layers) reach
-    a quarter to a half of a T4's peak under its 70 W cap, and a training step also runs
-    memory-bound kernels (softmax, norms, AdamW) that the FLOP count barely sees; published
-    model-FLOP utilisation of small GPT training is 20-40% on A100/H100 (nanoGPT, PaLM's MFU
-    table), so a quarter is the middle, not the best case. ``op_seconds``: eager PyTorch spends
-    about 5-10 us of host time per op (dispatcher + kernel launch); Colab's 2.2 GHz Xeon host is
-    taken at 10 us, an H100 machine's at 5 us. Both are assumptions until measured."""
+    ``fraction`` 0.25 (assumed): model-FLOP utilisation reported for large-model training is
+    21-46% (Chowdhery et al. 2022, PaLM, Table 3); this book's small layers (a few thousand rows
+    by 256..1024) run smaller matrix products, and a T4 under its 70 W cap rarely holds its
+    boost clock, so a quarter is taken for the FLOP term, the small-kernel overhead being the
+    op term's. ``op_seconds`` (assumed): eager PyTorch spends some microseconds of host time per
+    op (dispatcher, autograd, kernel launch); Colab's 2.2 GHz Xeon host is taken at 10 us, an
+    H100 machine's at 5 us. Both are assumptions until measured."""
 
     name: str
     peak_flops: float
@@ -53,13 +53,20 @@ class Gpu:
     op_seconds: float
     source: str
 
+    def terms(self, work: "Work") -> tuple[float, float]:
+        """Seconds of ``work``'s FLOPs at the achieved rate, and of its ops' host time."""
+        return work.flops / (self.peak_flops * self.fraction), work.ops * self.op_seconds
+
     def seconds(self, work: "Work") -> float:
         """The rule: FLOPs over the achieved rate plus the ops' host time."""
-        return work.flops / (self.peak_flops * self.fraction) + work.ops * self.op_seconds
+        return sum(self.terms(work))
 
 
-T4 = Gpu("T4", 65e12, 0.25, 10e-6, "NVIDIA T4 datasheet: 65 TFLOPS fp16 tensor-core peak")
-H100 = Gpu("H100 SXM", 989e12, 0.25, 5e-6, "NVIDIA H100 SXM datasheet: 989 TFLOPS bf16 dense peak")
+T4 = Device("T4", 65e12, 0.25, 10e-6, "NVIDIA T4 datasheet: 65 TFLOPS fp16 tensor-core peak")
+H100 = Device("H100 SXM", 989e12, 0.25, 5e-6, "NVIDIA H100 SXM datasheet: 989 TFLOPS bf16 dense peak")
+# Work a chapter runs on the CPU even on Colab: one physical core of a 2.2 GHz Xeon (Colab's 2
+# vCPUs), AVX2 with two FMA units: 2.2e9 * 32 fp32 FLOPs per cycle; an assumption like the rest.
+COLAB_CPU = Device("Colab CPU (2 vCPU)", 2.2e9 * 32, 0.25, 10e-6, "assumed: one Xeon core at 2.2 GHz, AVX2 FMA")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,76 @@
+"""bench/t4_estimate.py: the inventory's arithmetic, its sources, and a reduced run."""
+
+import json
+
+import pytest
+
+from bench import t4_estimate as est
+from bench.t4_workloads import COUNT_BATCH, WORKLOADS
+from xfl.estimate import T4, Work
+
+
+def test_every_entry_names_a_counted_workload_and_a_source():
+    for chapter, entries in {**est.CHAPTERS, **est.proposed()}.items():
+        for e in entries:
+            assert e.source, (chapter, e.what)
+            if not isinstance(e, est.Fixed):
+                assert e.workload in WORKLOADS, (chapter, e.what, e.workload)
+
+
+def test_training_and_passes_scale_the_counted_work():
+    step = Work(flops=1000.0, ops=7)
+    train = est.Train("t", "w", batch=8 * COUNT_BATCH, steps=10, runs=3)
+    assert train.work(step) == Work(1000.0 * 8 * 30, 7 * 30)  # FLOPs by the batch, ops per step
+    passes = est.Pass("p", "w", examples=300, passes=2, batch=128)  # 3 batches, the last one short
+    assert passes.work(step) == Work(1000.0 * (128 / COUNT_BATCH) * 6, 7 * 6)
+
+
+def test_cpu_passes_use_the_cpu_rate_and_fixed_runs_their_seconds():
+    counted = {"w": Work(flops=1e12, ops=0)}
+    one = dict(examples=COUNT_BATCH, batch=COUNT_BATCH)  # one counted batch
+    on_gpu, on_cpu = est.Pass("p", "w", **one), est.Pass("p", "w", **one, on_cpu=True)
+    assert est.seconds(on_gpu, counted, T4) == pytest.approx(T4.seconds(Work(1e12, 0)))
+    assert est.seconds(on_cpu, counted, T4) > 100 * est.seconds(on_gpu, counted, T4)
+    assert est.seconds(est.Fixed("clock", 600.0), counted, T4) == 600.0
+
+
+def test_proposals_change_only_the_entries_they_name():
+    changed = est.proposed()
+    assert set(changed) == set(est.CHAPTERS)
+    for chapter, entries in est.CHAPTERS.items():
+        rules = est.PROPOSALS.get(chapter, {})
+        for old, new in zip(entries, changed[chapter]):
+            matched = any(old.what.startswith(key) for key in rules)
+            assert (new != old) == matched, (chapter, old.what)
+    assert all(any(e.what.startswith(k) for e in est.CHAPTERS[c]) for c, r in est.PROPOSALS.items() for k in r)
+
+
+def test_the_inventory_matches_the_chapter_sources():
+    assert est.stale_sources() == [], "a chapter changed its full profile: update bench/t4_estimate.py"
+
+
+def test_a_changed_value_or_a_new_study_makes_the_inventory_stale(tmp_path):
+    for name, lines in est.READ_FROM.items():  # chapters holding exactly what was read
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    assert est.stale_sources(tmp_path) == []
+    translation, modern = tmp_path / est.TR, tmp_path / est.MB
+    translation.write_text(translation.read_text().replace("pick(full=3000,", "pick(full=1000,"))
+    modern.write_text(modern.read_text() + "sweep = lr_sweep(streams, recipe)\n")
+    stale = est.stale_sources(tmp_path)
+    assert len(stale) == 2 and "no longer holds" in stale[0] and "now calls 'lr_sweep('" in stale[1], stale
+
+
+def test_a_reduced_run_writes_totals_that_add_up(tmp_path):
+    out = tmp_path / "t4.json"
+    result = est.main(["--only", "ch03_masking,ch08_pixel", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    for chapter in ("ch03_masking", "ch08_pixel"):
+        r = result["chapters"][chapter]
+        assert r["t4_minutes"] == pytest.approx(sum(x["t4_minutes"] for x in r["rows"]))
+        assert r["t4_minutes"] == pytest.approx(r["t4_flop_minutes"] + r["t4_op_minutes"])
+        assert 0 < r["h100_minutes"] < r["t4_minutes"]
+    assert result["book"]["t4_minutes"] == pytest.approx(sum(r["t4_minutes"] for r in result["chapters"].values()))
+    assert result["rule"]["devices"]["T4"]["peak_flops"] == 65e12
+    with pytest.raises(SystemExit, match="ch99"):
+        est.main(["--only", "ch99", "--out", str(out)])
