@@ -1,5 +1,16 @@
 """Chapter 1's plausible wrong answers: each must fail every hidden test of its question."""
 
+LOOKUP = '''
+def lookup_projections(names, facts, marker):
+    basis = torch.cat([names, facts, marker[None]]).double()
+    dual = torch.linalg.pinv(basis)
+    R, N_n = basis.shape[0], names.shape[0]
+    S = torch.zeros(R, R, dtype=torch.float64)
+    S[:N_n, :N_n] = torch.eye(N_n, dtype=torch.float64)
+    {marker}
+    return ({strength}dual @ S).float(), dual.float()
+'''
+
 WRONG_ANSWERS: dict[str, dict[str, str]] = {
     "q1": {
         "divides by d_k, not its square root": '''
@@ -72,25 +83,10 @@ def next_word_projections(X):
 ''',
     },
     "q5": {
-        "rewards a shared name only: the question matches itself as well": '''
-def lookup_projections(names, facts, marker):
-    basis = torch.cat([names, facts, marker[None]]).double()
-    dual = torch.linalg.pinv(basis)
-    R, N_n = basis.shape[0], names.shape[0]
-    S = torch.zeros(R, R, dtype=torch.float64)
-    S[:N_n, :N_n] = torch.eye(N_n, dtype=torch.float64)
-    return (50 * dual @ S).float(), dual.float()
-''',
-        "the right form with no strength: the softmax stays flat": '''
-def lookup_projections(names, facts, marker):
-    basis = torch.cat([names, facts, marker[None]]).double()
-    dual = torch.linalg.pinv(basis)
-    R, N_n = basis.shape[0], names.shape[0]
-    S = torch.zeros(R, R, dtype=torch.float64)
-    S[:N_n, :N_n] = torch.eye(N_n, dtype=torch.float64)
-    S[-1, -1] = -1.0
-    return (dual @ S).float(), dual.float()
-''',
+        "rewards a shared name only: the question matches itself as well": LOOKUP.format(
+            marker="", strength="50 * "),
+        "the right form with no strength: the softmax stays flat": LOOKUP.format(
+            marker="S[-1, -1] = -1.0", strength=""),
         "W_Q = W_K = I: every key that resembles the question": '''
 def lookup_projections(names, facts, marker):
     M = names.shape[1]

@@ -13,25 +13,28 @@ def _merge(symbols, pair):
     return tuple(out)
 '''
 
-BYTES = '''
+TRAIN_BYTES = '''
 def train_byte_bpe(texts, num_merges):
-    sequences, merges = [list(t.encode("utf-8")) for t in texts], []
+    sequences, merges = [{ids} for t in texts], []
     for k in range(num_merges):
         counts = Counter(p for ids in sequences for p in zip(ids, ids[1:]))
         if not counts or max(counts.values()) < 2:
             break
-        best = max(counts, key=lambda p: (counts[p], p))
+        best = {best}
         merges.append(best)
         sequences = [_join_ids(ids, best, 256 + k) for ids in sequences]
     return merges
-
-
+'''
+DECODE_BYTES = '''
 def decode_bytes(ids, merges):
-    table = {i: bytes([i]) for i in range(256)}
+    table = {{i: {piece} for i in range(256)}}
     for k, (left, right) in enumerate(merges):
         table[256 + k] = table[left] + table[right]
-    return b"".join(table[i] for i in ids).decode("utf-8")
+    return {joined}
 '''
+UTF8, LARGEST = 'list(t.encode("utf-8"))', "max(counts, key=lambda p: (counts[p], p))"
+BYTES = TRAIN_BYTES.format(ids=UTF8, best=LARGEST) + DECODE_BYTES.format(
+    piece="bytes([i])", joined='b"".join(table[i] for i in ids).decode("utf-8")')
 
 WRONG_ANSWERS: dict[str, dict[str, str]] = {
     "q1": {
@@ -188,43 +191,12 @@ def first_difference(corpus, num_merges):
 ''',
     },
     "q7": {
-        "ties to the first pair counted, not the largest": BYTES + '''
-def train_byte_bpe(texts, num_merges):
-    sequences, merges = [list(t.encode("utf-8")) for t in texts], []
-    for k in range(num_merges):
-        counts = Counter(p for ids in sequences for p in zip(ids, ids[1:]))
-        if not counts or max(counts.values()) < 2:
-            break
-        best = counts.most_common(1)[0][0]
-        merges.append(best)
-        sequences = [_join_ids(ids, best, 256 + k) for ids in sequences]
-    return merges
-''',
-        "merges over code points, decodes code points": '''
-def train_byte_bpe(texts, num_merges):
-    sequences, merges = [[ord(c) for c in t] for t in texts], []
-    for k in range(num_merges):
-        counts = Counter(p for ids in sequences for p in zip(ids, ids[1:]))
-        if not counts or max(counts.values()) < 2:
-            break
-        best = max(counts, key=lambda p: (counts[p], p))
-        merges.append(best)
-        sequences = [_join_ids(ids, best, 256 + k) for ids in sequences]
-    return merges
-
-
-def decode_bytes(ids, merges):
-    table = {i: chr(i) for i in range(256)}
-    for k, (left, right) in enumerate(merges):
-        table[256 + k] = table[left] + table[right]
-    return "".join(table.get(i, chr(i)) for i in ids)
-''',
-        "decodes each token on its own (splits multi-byte characters)": BYTES + '''
-def decode_bytes(ids, merges):
-    table = {i: bytes([i]) for i in range(256)}
-    for k, (left, right) in enumerate(merges):
-        table[256 + k] = table[left] + table[right]
-    return "".join(table[i].decode("utf-8", errors="replace") for i in ids)
-''',
+        "ties to the first pair counted, not the largest": BYTES + TRAIN_BYTES.format(
+            ids=UTF8, best="counts.most_common(1)[0][0]"),
+        "merges over code points, decodes code points": TRAIN_BYTES.format(
+            ids="[ord(c) for c in t]", best=LARGEST) + DECODE_BYTES.format(
+            piece="chr(i)", joined='"".join(table.get(i, chr(i)) for i in ids)'),
+        "decodes each token on its own (splits multi-byte characters)": BYTES + DECODE_BYTES.format(
+            piece="bytes([i])", joined='"".join(table[i].decode("utf-8", errors="replace") for i in ids)'),
     },
 }
