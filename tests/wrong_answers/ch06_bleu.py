@@ -1,5 +1,26 @@
 """Chapter 6's plausible wrong answers: each must earn 0 on its question's hidden tests."""
 
+_PRUNE = '''
+def prune_beams(scores, lengths, log_probs, done, alpha, pad):
+    B, K, V = log_probs.shape
+    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
+    only_pad[pad] = 0.0
+    log_probs = torch.where(done[..., None], only_pad, log_probs)
+    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
+    grown = lengths + (~done).to(lengths.dtype)
+    new_lengths = grown[..., None].expand(B, K, V).reshape(B, K * V)
+    ranking = new_scores / new_lengths.to(new_scores.dtype) ** alpha
+    index = ranking.topk(K, dim=-1).indices
+    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
+'''
+
+
+def _prune(old: str, new: str) -> str:
+    """The right beam pruning with one line's mistake: ``old`` replaced by ``new``."""
+    assert _PRUNE.count(old) == 1, old
+    return _PRUNE.replace(old, new)
+
+
 WRONG_ANSWERS: dict[str, dict[str, str]] = {
     "q1": {
         "off by one: range(len - n) drops the last n-gram": '''
@@ -81,62 +102,16 @@ def repeated_word_bleu():
 ''',
     },
     "q6": {
-        "ranks by the raw sum (the penalty only at the final choice)": '''
-def prune_beams(scores, lengths, log_probs, done, alpha, pad):
-    B, K, V = log_probs.shape
-    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
-    only_pad[pad] = 0.0
-    log_probs = torch.where(done[..., None], only_pad, log_probs)
-    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
-    new_lengths = (lengths + (~done).to(lengths.dtype))[..., None].expand(B, K, V).reshape(B, K * V)
-    index = new_scores.topk(K, dim=-1).indices
-    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
-''',
-        "divides by the length before the new token": '''
-def prune_beams(scores, lengths, log_probs, done, alpha, pad):
-    B, K, V = log_probs.shape
-    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
-    only_pad[pad] = 0.0
-    log_probs = torch.where(done[..., None], only_pad, log_probs)
-    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
-    old = lengths[..., None].expand(B, K, V).reshape(B, K * V)
-    new_lengths = (lengths + (~done).to(lengths.dtype))[..., None].expand(B, K, V).reshape(B, K * V)
-    index = (new_scores / old.to(new_scores.dtype) ** alpha).topk(K, dim=-1).indices
-    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
-''',
-        "a finished beam's length keeps growing": '''
-def prune_beams(scores, lengths, log_probs, done, alpha, pad):
-    B, K, V = log_probs.shape
-    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
-    only_pad[pad] = 0.0
-    log_probs = torch.where(done[..., None], only_pad, log_probs)
-    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
-    new_lengths = (lengths + 1)[..., None].expand(B, K, V).reshape(B, K * V)
-    index = (new_scores / new_lengths.to(new_scores.dtype) ** alpha).topk(K, dim=-1).indices
-    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
-''',
-        "returns the normalised scores instead of the raw sums": '''
-def prune_beams(scores, lengths, log_probs, done, alpha, pad):
-    B, K, V = log_probs.shape
-    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
-    only_pad[pad] = 0.0
-    log_probs = torch.where(done[..., None], only_pad, log_probs)
-    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
-    new_lengths = (lengths + (~done).to(lengths.dtype))[..., None].expand(B, K, V).reshape(B, K * V)
-    ranking = new_scores / new_lengths.to(new_scores.dtype) ** alpha
-    best, index = ranking.topk(K, dim=-1)
-    return index // V, index % V, best, new_lengths.gather(1, index)
-''',
-        "parent = index % K (the flat index split the wrong way)": '''
-def prune_beams(scores, lengths, log_probs, done, alpha, pad):
-    B, K, V = log_probs.shape
-    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
-    only_pad[pad] = 0.0
-    log_probs = torch.where(done[..., None], only_pad, log_probs)
-    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
-    new_lengths = (lengths + (~done).to(lengths.dtype))[..., None].expand(B, K, V).reshape(B, K * V)
-    index = (new_scores / new_lengths.to(new_scores.dtype) ** alpha).topk(K, dim=-1).indices
-    return index % K, index // K, new_scores.gather(1, index), new_lengths.gather(1, index)
-''',
+        "ranks by the raw sum (the penalty only at the final choice)": _prune(
+            "ranking = new_scores / new_lengths.to(new_scores.dtype) ** alpha", "ranking = new_scores"),
+        "divides by the length before the new token": _prune(
+            "ranking = new_scores / new_lengths.to(new_scores.dtype) ** alpha",
+            "ranking = new_scores / lengths[..., None].expand(B, K, V).reshape(B, K * V).to(new_scores.dtype) ** alpha"),
+        "a finished beam's length keeps growing": _prune(
+            "grown = lengths + (~done).to(lengths.dtype)", "grown = lengths + 1"),
+        "returns the normalised scores instead of the raw sums": _prune(
+            "new_scores.gather(1, index), new_lengths", "ranking.gather(1, index), new_lengths"),
+        "parent = index % K (the flat index split the wrong way)": _prune(
+            "return index // V, index % V,", "return index % K, index // K,"),
     },
 }

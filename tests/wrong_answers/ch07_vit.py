@@ -1,5 +1,21 @@
 """Chapter 7's plausible wrong answers: each must earn 0 on its question's hidden tests."""
 
+_DISTANCE = '''
+def mean_attention_distance(weights, grid, patch_size):
+    rows, cols = grid
+    where = torch.stack(torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij"), -1)
+    where = where.reshape(rows * cols, 2).to(weights.dtype) * patch_size
+    apart = (where[:, None, :] - where[None, :, :]).norm(dim=-1)
+    return (weights * apart).sum(dim=-1).mean(dim=-1)
+'''
+
+
+def _distance(old: str, new: str) -> str:
+    """The right mean attention distance with one mistake: ``old`` replaced by ``new``."""
+    assert _DISTANCE.count(old) == 1, old
+    return _DISTANCE.replace(old, new)
+
+
 WRONG_ANSWERS: dict[str, dict[str, str]] = {
     "q1": {
         "reshape without the permute (patches scrambled)": '''
@@ -95,37 +111,9 @@ def resize_positions(pos, old_grid, new_grid):
 ''',
     },
     "q6": {
-        "distances in patches, not pixels": '''
-def mean_attention_distance(weights, grid, patch_size):
-    rows, cols = grid
-    where = torch.stack(torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij"), -1)
-    where = where.reshape(rows * cols, 2).to(weights.dtype)
-    apart = (where[:, None, :] - where[None, :, :]).norm(dim=-1)
-    return (weights * apart).sum(dim=-1).mean(dim=-1)
-''',
-        "column-major patch positions": '''
-def mean_attention_distance(weights, grid, patch_size):
-    rows, cols = grid
-    where = torch.stack(torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="xy"), -1)
-    where = where.reshape(rows * cols, 2).to(weights.dtype) * patch_size
-    apart = (where[:, None, :] - where[None, :, :]).norm(dim=-1)
-    return (weights * apart).sum(dim=-1).mean(dim=-1)
-''',
-        "squared distances": '''
-def mean_attention_distance(weights, grid, patch_size):
-    rows, cols = grid
-    where = torch.stack(torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij"), -1)
-    where = where.reshape(rows * cols, 2).to(weights.dtype) * patch_size
-    apart = (where[:, None, :] - where[None, :, :]).pow(2).sum(dim=-1)
-    return (weights * apart).sum(dim=-1).mean(dim=-1)
-''',
-        "Manhattan distances": '''
-def mean_attention_distance(weights, grid, patch_size):
-    rows, cols = grid
-    where = torch.stack(torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij"), -1)
-    where = where.reshape(rows * cols, 2).to(weights.dtype) * patch_size
-    apart = (where[:, None, :] - where[None, :, :]).abs().sum(dim=-1)
-    return (weights * apart).sum(dim=-1).mean(dim=-1)
-''',
+        "distances in patches, not pixels": _distance(".to(weights.dtype) * patch_size", ".to(weights.dtype)"),
+        "column-major patch positions": _distance('indexing="ij"', 'indexing="xy"'),
+        "squared distances": _distance(".norm(dim=-1)", ".pow(2).sum(dim=-1)"),
+        "Manhattan distances": _distance(".norm(dim=-1)", ".abs().sum(dim=-1)"),
     },
 }

@@ -1,5 +1,26 @@
 """Chapter 8's plausible wrong answers: each must earn 0 on its question's hidden tests."""
 
+_AXIAL = '''
+def axial_pixel_attention(x, num_heads):
+    B, C, H, W = x.shape
+    d = C // num_heads
+    t = x.reshape(B, num_heads, d, H, W).permute(0, 1, 3, 4, 2)
+    for _ in range(2):
+        weights = torch.softmax(t @ t.transpose(-2, -1) / math.sqrt(d), dim=-1)
+        t = (weights @ t).transpose(2, 3)
+    return t.permute(0, 1, 4, 2, 3).reshape(B, C, H, W)
+
+def axial_matrix_bytes(batch, num_heads, height, width, bytes_per_element=4):
+    return int(batch * num_heads * height * width * (height + width) * bytes_per_element)
+'''
+
+
+def _axial(old: str, new: str) -> str:
+    """A right axial attention (rows, then columns) with ``old`` replaced by ``new``."""
+    assert _AXIAL.count(old) == 1, old
+    return _AXIAL.replace(old, new)
+
+
 WRONG_ANSWERS: dict[str, dict[str, str]] = {
     "q1": {
         "reshape without the transpose (channels and pixels scrambled)": '''
@@ -77,44 +98,13 @@ def attention_matrix_bytes(batch, num_heads, height, width, bytes_per_element=4)
 ''',
     },
     "q6": {
-        "columns first, then rows": '''
-def axial_pixel_attention(x, num_heads):
-    B, C, H, W = x.shape
-    d = C // num_heads
-    t = x.reshape(B, num_heads, d, H, W).permute(0, 1, 4, 3, 2)
-    for _ in range(2):
-        weights = torch.softmax(t @ t.transpose(-2, -1) / math.sqrt(d), dim=-1)
-        t = (weights @ t).transpose(2, 3)
-    return t.permute(0, 1, 4, 3, 2).reshape(B, C, H, W)
-
-def axial_matrix_bytes(batch, num_heads, height, width, bytes_per_element=4):
-    return int(batch * num_heads * height * width * (height + width) * bytes_per_element)
-''',
-        "reshape without the permute (channels read as pixels)": '''
-def axial_pixel_attention(x, num_heads):
-    B, C, H, W = x.shape
-    d = C // num_heads
-    t = x.reshape(B, num_heads, H, W, d)
-    for _ in range(2):
-        weights = torch.softmax(t @ t.transpose(-2, -1) / math.sqrt(d), dim=-1)
-        t = (weights @ t).transpose(2, 3)
-    return t.reshape(B, C, H, W)
-
-def axial_matrix_bytes(batch, num_heads, height, width, bytes_per_element=4):
-    return int(batch * num_heads * height * width * (height + width) * bytes_per_element)
-''',
-        "rows twice (the transpose to columns forgotten); full attention's bytes": '''
-def axial_pixel_attention(x, num_heads):
-    B, C, H, W = x.shape
-    d = C // num_heads
-    t = x.reshape(B, num_heads, d, H, W).permute(0, 1, 3, 4, 2)
-    for _ in range(2):
-        weights = torch.softmax(t @ t.transpose(-2, -1) / math.sqrt(d), dim=-1)
-        t = weights @ t
-    return t.permute(0, 1, 4, 2, 3).reshape(B, C, H, W)
-
-def axial_matrix_bytes(batch, num_heads, height, width, bytes_per_element=4):
-    return int(batch * num_heads * (height * width) ** 2 * bytes_per_element)
-''',
+        "columns first, then rows": _axial(".permute(0, 1, 3, 4, 2)", ".permute(0, 1, 4, 3, 2)").replace(
+            "t.permute(0, 1, 4, 2, 3).reshape", "t.permute(0, 1, 4, 3, 2).reshape"),
+        "reshape without the permute (channels read as pixels)": _axial(
+            "x.reshape(B, num_heads, d, H, W).permute(0, 1, 3, 4, 2)", "x.reshape(B, num_heads, H, W, d)").replace(
+            "t.permute(0, 1, 4, 2, 3).reshape", "t.reshape"),
+        "rows twice (the transpose to columns forgotten); full attention's bytes": _axial(
+            "t = (weights @ t).transpose(2, 3)", "t = weights @ t").replace(
+            "height * width * (height + width)", "(height * width) ** 2"),
     },
 }
