@@ -158,7 +158,9 @@ def test_a_grader_that_dies_keeps_who_was_graded_and_a_rerun_grades_the_rest(fak
 
 
 def test_a_judge_that_dies_is_one_students_note(tmp_path):
-    config = {"memory_mb": 64}  # too little for Python to start the judge's imports
+    """A judge process that ends (here on a configuration it cannot read) raises JudgeFailed,
+    which grade_one turns into that student's note (test above) instead of ending the run."""
+    config = {"memory_mb": 8192}  # no autograder: the judge dies reading its configuration
     with pytest.raises(grader.JudgeFailed, match="ended"):
         grader.Judge(config).grade({"student": "x"}, 60.0)
 

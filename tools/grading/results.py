@@ -48,14 +48,16 @@ class Grade:
             self.notes.append("further notes left out")
 
 
-def safe_text(text, cap: int) -> str:
+def safe_text(text, cap: int, keep: str = "") -> str:
     """``text`` as printable UTF-8 text of at most ``cap`` characters (plus ``...``): surrogates
-    (a lone one, or an undecodable byte of a file name) and control characters escaped."""
+    (a lone one, or an undecodable byte of a file name) and control characters escaped, except
+    those in ``keep``."""
     text = str(text)
     if len(text) > 4 * cap:
         text = text[:4 * cap]
     text = text.encode("utf-8", "surrogateescape" if _is_name(text) else "backslashreplace")
-    text = "".join(ch if _printable(ch) else ascii(ch)[1:-1] for ch in text.decode("utf-8", "backslashreplace"))
+    text = "".join(ch if _printable(ch) or ch in keep else ascii(ch)[1:-1]
+                   for ch in text.decode("utf-8", "backslashreplace"))
     return text if len(text) <= cap else text[:cap] + "..."
 
 
@@ -124,7 +126,7 @@ class ResultStore:
 
 
 def _safe_cases(cases: dict[str, list]) -> dict[str, list]:
-    return {q: [c | {"message": safe_text(c.get("message") or "", MAX_MESSAGE)} for c in results]
+    return {q: [c | {"message": safe_text(c.get("message") or "", MAX_MESSAGE, keep="\n")} for c in results]
             for q, results in cases.items()}
 
 
