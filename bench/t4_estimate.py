@@ -1,20 +1,26 @@
 """Minutes of each chapter's full profile on Colab's T4 (and on an H100), estimated.
 
     python -m bench.t4_estimate            # prints per chapter, writes bench/results/t4_estimate.json
-    python -m bench.t4_estimate --data     # re-measures DATA from Tatoeba (slow: about 3 minutes)
+    python -m bench.t4_estimate --only ch03_masking,ch08_pixel   # some chapters (the test's run)
+    python -m bench.t4_estimate --data     # re-measures DATA from Tatoeba (slow: minutes)
 
-The rule is ``xfl.estimate``'s: one step's FLOPs (counted by ``FlopCounterMode`` with attention
-on the math path) over a stated fraction of the GPU's peak, plus its eager aten ops times a
-host cost per op. Each chapter's full-profile work is listed below as a small table read from
-the committed chapter source (file:line in ``source``): every training run (model, batch, steps,
-how many runs) and every evaluation or decoding loop that repeats over thousands of examples.
-Decoding is counted as run on an untrained model to the length cap (``translate``'s source
-length + 10): an upper bound, as a trained model stops a batch when every row has written EOS.
-A step is counted once per distinct model and shape, on a batch of ``COUNT_BATCH`` (FLOPs scale
-with the batch, ops do not). Not counted: data preparation on the CPU (tokenising, BPE), the
-chapters' CPU-only cells (chapters 0-2 and 4 run on the CPU even on Colab), plots, and
-compilation (a T4 does not compile; ``xfl.precision``). ``DATA`` holds the shapes measured on
-Tatoeba by ``--data`` (vocabularies, mean padded batch lengths), so that this runs in seconds.
+The rule is ``xfl.estimate``'s: one step's FLOPs (``FlopCounterMode``, attention on the math
+path) over a stated fraction of the GPU's peak, plus its eager aten ops (counted under autocast,
+as a GPU's mixed-precision step dispatches them) times a host cost per op; work a chapter does
+on the CPU (``on_cpu``) at ``COLAB_CPU``'s rate. Each chapter's full-profile work is a small
+table below, read from the committed chapter source (file:line in ``source``): every training
+run (model, batch, steps, how many runs) and every evaluation or decoding loop over thousands
+of examples. Decoding is counted on an untrained model to the length cap (``translate``'s
+source length + 10): an upper bound, as a trained model stops a batch once every row has written
+EOS. A step is counted once per distinct model and shape, on a batch of ``COUNT_BATCH`` (FLOPs
+scale with the batch, ops do not). Not counted: data preparation on the CPU (tokenising, BPE),
+the chapters' CPU-only cells (chapters 0-2 and 4 run on the CPU even on Colab), plots, small
+timing cells, and compilation (a T4 does not compile, ``xfl.precision``; the H100 figure is
+eager, with the op term printed apart). ``DATA`` holds the shapes measured on Tatoeba by
+``--data`` (vocabularies, mean padded batch lengths), so that this runs in about 30 s of CPU.
+``PROPOSALS`` are changed full-profile values that the rule puts within 15 minutes (printed
+beside the committed ones); ``stale_sources`` fails when a chapter no longer holds what the
+inventory was read from.
 """
 
 from __future__ import annotations
@@ -101,9 +107,9 @@ CHAPTERS = {
         Pass("held-out BLEU, greedy, every test sentence", "greedy 6+6", WORDS_TEST, source=f"{TR}:856"),
         Train("loss over padding (DLStudio's way), 3 seeds", "translator 6+6, targets padded to 32", 128,
               3000, 3, f"{TR}:937"),
-        Pass("padding report: 2 held-out losses x 6 models, ON THE CPU", "translator 6+6 forward", 2000, 12,
+        Pass("padding report: 2 held-out losses x 6 models", "translator 6+6 forward", 2000, 12,
              batch=2000, on_cpu=True, source=f"{TR}:945-965 (model.cpu())"),
-        Pass("padding report: translate + BLEU x 6 models, ON THE CPU", "greedy 6+6", WORDS_TEST, 12,
+        Pass("padding report: translate + BLEU x 6 models", "greedy 6+6", WORDS_TEST, 12,
              on_cpu=True, source=f"{TR}:955-965 (model.cpu())"),
     ],
     "ch06_bleu": [
@@ -215,10 +221,16 @@ def stale_sources(root: Path = CHAPTER_FILES) -> list[str]:
 PROPOSALS = {
     "ch05_encoder_decoder": {"FG vs Pre-LN": dict(steps=1000), "the translator": dict(steps=3005),
                              "loss over padding": dict(steps=1000), "padding report": dict(on_cpu=False)},
+    "ch06_bleu": {"recipe comparison: 2": dict(steps=CH06_STEPS // 6),
+                  "recipe comparison: subwords": dict(steps=CH06_STEPS // 6),
+                  "cache timing, greedy: 6 rounds cached": dict(passes=8),
+                  "cache timing, greedy: 6 rounds without": dict(passes=4),
+                  "cache timing, beam 4: 6 rounds cached": dict(passes=8),
+                  "cache timing, beam 4: 6 rounds without": dict(passes=4)},
     "ch07_vit": {"the GPU recipe": dict(seconds=300.0), "pooling '": dict(steps=5 * VIT_STEPS_PER_EPOCH),
                  "the small CNN": dict(steps=5 * VIT_STEPS_PER_EPOCH)},
-    "ch09_gpt": {"the character GPT": dict(steps=3000), "encoder-only": dict(steps=3000),
-                 "subword GPT": dict(steps=3000), "fine-tuning: 3": dict(steps=750)},
+    "ch09_gpt": {"the character GPT": dict(steps=2500), "encoder-only": dict(steps=2500),
+                 "subword GPT": dict(steps=2500), "fine-tuning: 3": dict(steps=750)},
 }
 
 
@@ -307,7 +319,8 @@ def report(result: dict, title: str) -> str:
         for x in r["rows"]:
             basis = (f"{x['runs']} x {x['steps']} steps of {x['batch']}" if "steps" in x else
                      f"{x['passes']} x {x['examples']} examples" if "passes" in x else "clock-bound")
-            lines.append(f"  {x['t4_minutes']:6.2f}  {x['what']} [{basis}; {x['source']}]")
+            where = " ON THE CPU" if x.get("on_cpu") else ""
+            lines.append(f"  {x['t4_minutes']:6.2f}  {x['what']}{where} [{basis}; {x['source']}]")
     total = book(result)
     lines.append(f"book: T4 {total['t4_minutes']:.1f} min; H100 {total['h100_minutes']:.1f} min eager "
                  f"(FLOP term {total['h100_flop_minutes']:.1f} + clock-bound runs, if compiling removed "

@@ -63,3 +63,9 @@ def test_the_rule_adds_compute_and_op_time():
     assert gpu.seconds(Work(flops=1e12, ops=1000)) == pytest.approx(2.0 + 0.01)
     assert 3 * Work(1, 2) + Work(1, 1) == Work(4, 7)
     assert H100.seconds(Work(1e15, 0)) < T4.seconds(Work(1e15, 0)) / 10  # 989 vs 65 TFLOPS peak
+
+
+def test_autocast_adds_cast_ops_but_no_flops():
+    model, tokens = tiny_gpt(), torch.randint(1, 20, (4, 17))
+    mixed, fp32 = training_step(model, lm_loss, tokens), training_step(model, lm_loss, tokens, autocast=False)
+    assert mixed.flops == fp32.flops and mixed.ops > fp32.ops, (mixed, fp32)
