@@ -309,6 +309,19 @@ def rule() -> dict:
                           "measure them"}
 
 
+SCENARIOS = {"faster: fraction 0.5, 5 us per op": (0.5, 0.5), "slower: fraction 0.125, 15 us per op": (2.0, 1.5)}
+
+
+def sensitivity(result: dict) -> dict:
+    """Each chapter's T4 minutes if the two assumptions were off: the FLOP term and the op term
+    scaled (``SCENARIOS``: multipliers of each term), clock-bound runs unchanged."""
+    out = {}
+    for name, (flop_x, op_x) in SCENARIOS.items():
+        out[name] = {c: r["t4_minutes"] + (flop_x - 1) * r["t4_flop_minutes"] + (op_x - 1) * r["t4_op_minutes"]
+                     for c, r in result.items()}
+    return out
+
+
 def report(result: dict, title: str) -> str:
     """Per chapter: each row's T4 minutes and its basis, the total, and the book's sums."""
     lines = [title]
@@ -321,6 +334,8 @@ def report(result: dict, title: str) -> str:
                      f"{x['passes']} x {x['examples']} examples" if "passes" in x else "clock-bound")
             where = " ON THE CPU" if x.get("on_cpu") else ""
             lines.append(f"  {x['t4_minutes']:6.2f}  {x['what']}{where} [{basis}; {x['source']}]")
+    for name, minutes in sensitivity(result).items():
+        lines.append(f"if {name}: " + ", ".join(f"{c.split('_')[0]} {m:.1f}" for c, m in minutes.items()))
     total = book(result)
     lines.append(f"book: T4 {total['t4_minutes']:.1f} min; H100 {total['h100_minutes']:.1f} min eager "
                  f"(FLOP term {total['h100_flop_minutes']:.1f} + clock-bound runs, if compiling removed "
@@ -347,9 +362,9 @@ def main(argv=None) -> dict:
     current, changed = estimate(now, counted), estimate(then, counted)
     print(report(current, "FULL PROFILE AS COMMITTED"))
     print(report(changed, "\nWITH THE PROPOSED VALUES (bench.t4_estimate.PROPOSALS)"))
-    out = {"rule": rule(), "chapters": current, "book": book(current),
+    out = {"rule": rule(), "chapters": current, "book": book(current), "sensitivity": sensitivity(current),
            "proposed": {"changes": {c: PROPOSALS[c] for c in keep if c in PROPOSALS},
-                        "chapters": changed, "book": book(changed)}}
+                        "chapters": changed, "book": book(changed), "sensitivity": sensitivity(changed)}}
     out["stale_sources"] = stale_sources()
     for line in out["stale_sources"]:
         print(f"STALE: {line}")

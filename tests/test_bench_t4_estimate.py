@@ -74,3 +74,9 @@ def test_a_reduced_run_writes_totals_that_add_up(tmp_path):
     assert result["rule"]["devices"]["T4"]["peak_flops"] == 65e12
     with pytest.raises(SystemExit, match="ch99"):
         est.main(["--only", "ch99", "--out", str(out)])
+
+
+def test_sensitivity_scales_each_term():
+    result = {"c": {"t4_minutes": 13.0, "t4_flop_minutes": 4.0, "t4_op_minutes": 6.0}}  # 3 min clock-bound
+    faster, slower = est.sensitivity(result).values()
+    assert faster["c"] == pytest.approx(3.0 + 2.0 + 3.0) and slower["c"] == pytest.approx(3.0 + 8.0 + 9.0)
