@@ -24,6 +24,11 @@ ATTENTION = ["xfl.attention.scaled_dot_product_attention", "xfl.attention.attent
              "xfl.attention.MultiHeadAttention.forward"]
 
 LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
+    "ch00_data": {
+        "q3": {"channel_stats_streaming": ["lambda chunks: tuple(torch.tensor(s, dtype=torch.float64) for s in "
+                                           "xfl.data.cifar.channel_stats(torch.cat(list(chunks))))",
+                                           "xfl.data.cifar.channel_stats"]},
+    },
     "ch01_qkv": {
         "q1": {"attention": ["xfl.attention.scaled_dot_product_attention(return_weights=True)",
                              "xfl.attention.attention_weights", SDPA]},
@@ -59,6 +64,8 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
             "lambda logits, targets, smoothing, pad_id=0: torch.nn.functional.cross_entropy(logits.flatten(0, -2), "
             "targets.flatten(), ignore_index=pad_id, label_smoothing=smoothing)",
             CROSS_ENTROPY, "torch.nn.CrossEntropyLoss.forward"]},
+        "q5": {"layer_norm_backward": [None, "torch.autograd.grad", "torch.autograd.backward",
+                                       "torch.Tensor.backward"]},
     },
     "ch06_bleu": {
         "q1": {"ngram_counts": ["xfl.bleu.ngram_counts"]},
