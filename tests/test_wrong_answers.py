@@ -205,6 +205,12 @@ def chapter(request):
     return request.param, questions, namespace(shared, questions), wrong_answers(request.param)
 
 
+def test_every_chapter_has_wrong_answers():
+    """Every chapter with graded exercises has its fixture module, so none escapes the checks."""
+    missing = sorted(set(sources()) - set(CHAPTERS))
+    assert not missing, f"no tests/wrong_answers/<chapter>.py for {missing}"
+
+
 def test_solutions_pass_every_case(chapter):
     name, questions, ns, _ = chapter
     for q in questions:
