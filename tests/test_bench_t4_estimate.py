@@ -57,8 +57,19 @@ def test_a_changed_value_or_a_new_study_makes_the_inventory_stale(tmp_path):
     translation, modern = tmp_path / est.TR, tmp_path / est.MB
     translation.write_text(translation.read_text().replace("pick(full=3000,", "pick(full=1000,"))
     modern.write_text(modern.read_text() + "sweep = lr_sweep(streams, recipe)\n")
-    stale = est.stale_sources(tmp_path)
+    stale = est.stale_sources(tmp_path, absent={est.MB: ["lr_sweep("]})
     assert len(stale) == 2 and "no longer holds" in stale[0] and "now calls 'lr_sweep('" in stale[1], stale
+
+
+def test_a_study_in_flux_counts_only_while_its_chapter_holds_it(tmp_path):
+    (tmp_path / est.MB).parent.mkdir(parents=True)
+    (tmp_path / est.MB).write_text("ablation = compare_variants(streams, recipe, variants, SEEDS)\n")
+    names = lambda chapters: [e.what for e in chapters["ch10_modern"]]  # noqa: E731
+    without = names(est.present({"ch10_modern": est.CHAPTERS["ch10_modern"]}, tmp_path))
+    assert not any(n.startswith(("lr sweep", "QK-norm study")) for n in without)
+    (tmp_path / est.MB).write_text("sweep = lr_sweep(streams, recipe)\nqk = qk_norm_study(streams, recipe)\n")
+    with_studies = names(est.present({"ch10_modern": est.CHAPTERS["ch10_modern"]}, tmp_path))
+    assert len(with_studies) == len(without) + 4 and len(without) == len(est.modern_variants()) + 1
 
 
 def test_a_reduced_run_writes_totals_that_add_up(tmp_path):
