@@ -175,14 +175,14 @@ CHAPTERS.update({
     ],
     "ch10_modern": [
         *(Train(f"{name}, {len(MODERN_FULL['seeds'])} seeds", f"modern: {name}", MODERN_RECIPE.batch,
-                MODERN_RECIPE.steps, len(MODERN_FULL["seeds"]), f"{MB}:306-390, xfl/ablation.py RECIPES")
+                MODERN_RECIPE.steps, len(MODERN_FULL["seeds"]), f"{MB}:391-403,524,594, xfl/ablation.py RECIPES")
           for name in modern_variants()),
         *(Train(f"lr sweep: {name} at 2 more rates, {len(MODERN_FULL['seeds'])} seeds", f"modern: {name}",
                 MODERN_RECIPE.batch, MODERN_RECIPE.steps, 2 * len(MODERN_FULL["seeds"]),
-                f"{MB}: lr_sweep (xfl/ablation.py)", when="lr_sweep(") for name in ("2017 block", "all together")),
+                f"{MB}:460 lr_sweep (xfl/ablation.py)", when="lr_sweep(") for name in ("2017 block", "all together")),
         *(Train(f"QK-norm study: {name} at 10x the rate, {len(MODERN_FULL['seeds'])} seeds", f"modern: {name}",
                 MODERN_RECIPE.batch, MODERN_RECIPE.steps, len(MODERN_FULL["seeds"]),
-                f"{MB}: qk_norm_study (xfl/ablation.py)", when="qk_norm_study(") for name in ("2017 block", "QK-norm")),
+                f"{MB}:485 qk_norm_study (xfl/ablation.py)", when="qk_norm_study(") for name in ("2017 block", "QK-norm")),
         Pass("validation curves: evals x runs x valid_windows (the studies' runs too)", "modern block forward",
              MODERN_RECIPE.valid_windows,
              MODERN_RECIPE.evals * len(MODERN_FULL["seeds"]) * (len(modern_variants()) + 6),
