@@ -20,7 +20,7 @@ from xfl.ablation import RECIPES as MODERN, ablation_variants, matched_hidden, m
 from xfl.batches import epoch_batches, padded_batches
 from xfl.data.text import EOS, PAD, SOS, UNK
 from xfl.decode import beam_search, greedy_decode
-from xfl.estimate import Work, measure, training_step
+from xfl.estimate import Work, count_work, training_step
 from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 from xfl.pixel import PixelAttention
 from xfl.train import lm_loss, seq2seq_loss
@@ -138,8 +138,8 @@ def seq2seq_decode(layers: int, kind: str = "words", beam: int = 1, use_cache: b
     cap = min(d["decode_S"] + 10, model.config.max_len - 1)
     ids = dict(sos=SOS, eos=EOS, pad=PAD, banned=(UNK, EOS), use_cache=use_cache)
     if beam == 1:
-        return measure(lambda: greedy_decode(model, src, cap, **ids))
-    return measure(lambda: beam_search(model, src, cap, beam_size=beam, **ids))
+        return count_work(lambda: greedy_decode(model, src, cap, **ids))
+    return count_work(lambda: beam_search(model, src, cap, beam_size=beam, **ids))
 
 
 def seq2seq_forward(layers: int) -> Work:
@@ -148,7 +148,7 @@ def seq2seq_forward(layers: int) -> Work:
     model, d = _translator(layers, "words")
     model.eval()
     batch = (_ids(d["src_vocab"], COUNT_BATCH, 32), _ids(d["tgt_vocab"], COUNT_BATCH, 32))
-    return measure(lambda: seq2seq_loss(model, batch))
+    return count_work(lambda: seq2seq_loss(model, batch))
 
 
 def _gpt(vocab: int, causal: bool = True) -> GPT:
@@ -170,7 +170,7 @@ def gpt_forward(kind: str = "chars") -> Work:
     """One scoring pass (``total_nll``, ``spanish_bits``) on ``kind``'s padded batches."""
     vocab = DATA["chars"]["vocab"]
     model, tokens = _gpt(vocab).eval(), _ids(vocab, COUNT_BATCH, DATA[kind]["L"])
-    return measure(lambda: lm_loss(model, tokens))
+    return count_work(lambda: lm_loss(model, tokens))
 
 
 class _Streams:
@@ -198,7 +198,7 @@ def modern_forward() -> Work:
     """``bits_per_char`` on validation windows of the recipe's length (the 2017 block)."""
     model, recipe = modern_model({}).eval(), MODERN["full"]["recipe"]
     tokens = _ids(DATA["chars"]["vocab"], COUNT_BATCH, recipe.length + 1)
-    return measure(lambda: lm_loss(model, tokens))
+    return count_work(lambda: lm_loss(model, tokens))
 
 
 def modern_variants() -> dict[str, dict]:
@@ -243,7 +243,7 @@ def vit_predict() -> Work:
     """``xfl.vit_train.predict``'s forward on ``COUNT_BATCH`` test images."""
     torch.manual_seed(0)
     model, (x, _) = ViT(VIT["full"].model).eval(), _images(COUNT_BATCH)
-    return measure(lambda: model(x.float() / 255))
+    return count_work(lambda: model(x.float() / 255))
 
 
 class TinyPixelClassifier(nn.Module):

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xfl.attention import MultiHeadAttention
-from xfl.estimate import (H100, OPTIMIZER_OPS, T4, Device, Work, attention_flops, count_flops, measure,
+from xfl.estimate import (H100, OPTIMIZER_OPS, T4, Device, Work, attention_flops, count_flops, count_work,
                           training_step)
 from xfl.model import GPT, GPTConfig
 from xfl.train import lm_loss
@@ -52,7 +52,7 @@ def test_training_step_flops_scale_with_the_batch_and_ops_do_not():
 
 def test_training_step_is_about_three_forwards():
     model, tokens = tiny_gpt(), torch.randint(1, 20, (4, 17))
-    forward = measure(lambda: model(tokens[:, :-1]))
+    forward = count_work(lambda: model(tokens[:, :-1]))
     step = training_step(model, lm_loss, tokens)
     assert 2.5 < step.flops / forward.flops <= 3.0, step.flops / forward.flops  # no input gradient
     assert step.ops > 2 * forward.ops  # the backward dispatches ops of its own

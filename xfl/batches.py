@@ -1,5 +1,5 @@
-"""The batches of an epoch, for every model the book trains (chapters 5, 6 and 9; chapter 7 through
-``xfl.vit_train``): which examples each batch holds, in what order, padded how.
+"""The batches of an epoch, for every model the book trains (chapters 0, 5, 6 and 9; chapter 7
+through ``xfl.vit_train``): which examples each batch holds, in what order, padded how.
 
 ``epoch_rows`` is the one recipe: a shuffled order, cut into batches (optionally sorted by length
 inside pools of batches, for little padding). The others serve it in the form each trainer reads:

@@ -118,7 +118,7 @@ def count_ops(fn: Callable[[], object]) -> int:
     return counter.ops
 
 
-def measure(fn: Callable[[], object], grad: bool = False) -> Work:
+def count_work(fn: Callable[[], object], grad: bool = False) -> Work:
     """``Work`` of ``fn()``: its FLOPs and its ops (``fn`` runs twice, with autograd if ``grad``)."""
     with contextlib.nullcontext() if grad else torch.no_grad():
         return Work(count_flops(fn), count_ops(fn))
@@ -136,7 +136,7 @@ def training_step(model: torch.nn.Module, loss_fn: Callable, batch, autocast: bo
             loss = loss_fn(model, batch)[0]
         loss.backward()
         model.zero_grad(set_to_none=True)
-    return measure(step, grad=True) + Work(0, OPTIMIZER_OPS)
+    return count_work(step, grad=True) + Work(0, OPTIMIZER_OPS)
 
 
 def attention_flops(batch: int, heads: int, queries: int, keys: int, head_dim: int,

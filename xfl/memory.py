@@ -1,4 +1,4 @@
-"""Peak memory of one call, on the CPU as on a GPU (chapter 11).
+"""Peak memory of one call, on the CPU as on a GPU (chapters 8 and 11).
 
 On CUDA the caching allocator keeps the statistics (``torch.cuda.max_memory_allocated``). The
 CPU has no such counter, so the profiler records every allocation and free

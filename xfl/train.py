@@ -1,4 +1,4 @@
-"""The one training loop: every model the book trains (chapters 3, 5-7 and 9; chapter 5 explains it,
+"""The one training loop: every model the book trains (chapters 3, 5-9; chapter 5 explains it,
 ``bench/`` uses it too).
 
 ``train(model, data, loss_fn, config)`` runs AdamW (fused on CUDA; no weight decay on biases,

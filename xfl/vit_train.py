@@ -1,5 +1,5 @@
 """Training an image classifier on data held on the device, with ``xfl.train``'s loop, and
-evaluating it (chapter 7, ``chapters/ch07_vit/vision_transformer``; the benchmark ``bench/vit.py``).
+evaluating it (chapters 7 and 8, ``chapters/ch07_vit/vision_transformer``; the benchmark ``bench/vit.py``).
 
 ``RECIPES`` holds the CIFAR-10 experiment of both, one ``Recipe`` per profile (``full`` on a GPU,
 ``cpu`` for the stored reader run, ``fast`` for CI): the model's sizes, how batches are made, the
