@@ -1,12 +1,17 @@
 """bench/t4_estimate.py: the inventory's arithmetic, its sources, and a reduced run."""
 
 import json
+import math
+import re
+from pathlib import Path
 
 import pytest
 
 from bench import t4_estimate as est
 from bench.t4_workloads import COUNT_BATCH, WORKLOADS
 from xfl.estimate import T4, Work
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_entry_names_a_counted_workload_and_a_source():
@@ -91,3 +96,17 @@ def test_sensitivity_scales_each_term():
     result = {"c": {"t4_minutes": 13.0, "t4_flop_minutes": 4.0, "t4_op_minutes": 6.0}}  # 3 min clock-bound
     faster, slower = est.sensitivity(result).values()
     assert faster["c"] == pytest.approx(3.0 + 2.0 + 3.0) and slower["c"] == pytest.approx(3.0 + 8.0 + 9.0)
+
+
+def test_every_estimated_chapter_prints_its_t4_estimate_and_fits_fifteen_minutes():
+    """The banner of each chapter the estimate covers announces its T4 minutes rounded up from
+    ``bench/results/t4_estimate.json``, and none announces more than 15 (issue 53)."""
+    results = json.loads((ROOT / "bench" / "results" / "t4_estimate.json").read_text(encoding="utf-8"))
+    banner = re.compile(r"run_banner\(fast_minutes=[\d.]+, t4_minutes=([\d.]+)")
+    announced = {}
+    for chapter, row in results["chapters"].items():
+        (source,) = (ROOT / "chapters" / chapter).glob("[!e]*.md")  # the chapter, not exercises.md
+        announced[chapter] = (float(banner.search(source.read_text(encoding="utf-8")).group(1)),
+                              max(1, math.ceil(row["t4_minutes"])))
+    assert {c: said for c, (said, _) in announced.items()} == {c: rule for c, (_, rule) in announced.items()}
+    assert max(said for said, _ in announced.values()) <= 15, announced
