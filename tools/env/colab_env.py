@@ -302,10 +302,11 @@ def prepare(env: Path = DEFAULT_ENV, jupyter_dir: Path = KERNELS, record: Path =
     _pip(env, "uninstall", "-q", "-y", "xfl")  # this checkout's xfl, fresh each time
     install(env, requirements, constraints)
     after = installed_versions(env)
-    for args in exercises_installs():
+    exercise_installs = exercises_installs()
+    for args in exercise_installs:
         install(env, args, constraints)
     facts = {"env": str(env.resolve()), "requirements": requirements, "constraints": constraints,
-             "before": before, "after": after, "exercise_installs": exercises_installs(),
+             "before": before, "after": after, "exercise_installs": exercise_installs,
              "after_exercises": installed_versions(env), "deviations": print_deviations(env),
              "kernel": KERNEL, "kernelspec": str(register_kernel(env, jupyter_dir))}
     write_text_atomic(record, json.dumps(facts, indent=1))
