@@ -125,7 +125,7 @@ def read_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
             batch = _ArrayUnpickler(f, encoding="bytes").load()
         data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
     except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError,
-            AttributeError, IndexError) as err:
+            AttributeError, IndexError, OverflowError) as err:  # random bytes can raise any
         raise ValueError(f"{path} is not a readable CIFAR-10 batch "
                          f"({type(err).__name__}: {err}); delete it and fetch it again") from err
     if data.ndim != 2 or data.shape[1] != 3072 or labels.shape != (data.shape[0],):
