@@ -90,12 +90,16 @@ book: $(STAMP) $(if $(NPM),$(VENDOR)) exercise-pages
 device-wheels: $(STAMP)
 	$(BIN)/python -m tools.env.device_wheels
 
-# One call of a GPU plan on the lent machine (DEVELOPERS.md), where $$OUT is set:
-#   make gpu-plan PLAN=session1      (python -m tools.env.gpu_plan list PLAN: its steps)
-PLAN ?= session1
-.PHONY: gpu-plan
-gpu-plan:
-	$(PYTHON) -m tools.env.gpu_plan run $(PLAN) --out $(OUT)
+# The GPU queue (DEVELOPERS.md): stage the data and print the next window's calls; on the GPU
+# machine, where $$OUT is set, run one window; back here, record what it returned.
+.PHONY: gpu-next gpu-window gpu-record
+gpu-next: $(STAMP)
+	$(BIN)/python -m tools.env.gpu_plan stage
+	$(BIN)/python -m tools.env.gpu_plan next
+gpu-window:
+	python3 -m tools.env.gpu_plan window --out $(OUT)
+gpu-record: $(STAMP)
+	$(BIN)/python -m tools.env.gpu_plan record $(FILES)
 
 # The Colab-like environment (.venv-colab, kept between runs) with this checkout's xfl installed
 # as the chapters' first cell installs it, registered as the kernel xfl-colab-like in $(RUN_DIR).

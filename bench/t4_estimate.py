@@ -304,6 +304,21 @@ def book(result: dict) -> dict:
     return {k: sum(r[k] for r in result.values()) for k in TOTALS}
 
 
+def side_by_side(result: dict) -> dict:
+    """The H100 minutes of the GPU queue's chapter steps (``tools.env.gpu_plan``), and of the whole
+    book, with chapters run side by side: at least the longest chapter's (each chapter's host term
+    runs on its own cores and a small model leaves the GPU idle most of a step), at most their sum
+    (the GPU serialising everything). A GPU window's run measures where between."""
+    from tools.env.gpu_plan import QUEUE
+
+    def bounds(chapters: list[str]) -> dict:
+        minutes = [result[c]["h100_minutes"] for c in chapters if c in result]
+        return {"chapters": chapters, "at_least": max(minutes, default=0.0), "at_most": sum(minutes)}
+    steps = {s.name: bounds([a for a in s.argv if a[:2] == "ch" and a[2:4].isdigit()])
+             for s in QUEUE if "execute" in s.argv}
+    return {"queue_steps": steps, "book": bounds(list(result))}
+
+
 def rule() -> dict:
     """The stated rule and its assumptions, recorded beside the numbers."""
     devices = {d.name: {"peak_flops": d.peak_flops, "fraction": d.fraction, "op_seconds": d.op_seconds,
@@ -347,6 +362,10 @@ def report(result: dict, title: str) -> str:
     lines.append(f"book: T4 {total['t4_minutes']:.1f} min; H100 {total['h100_minutes']:.1f} min eager "
                  f"(FLOP term {total['h100_flop_minutes']:.1f} + clock-bound runs, if compiling removed "
                  f"the op term: {total['h100_minutes'] - total['h100_op_minutes']:.1f} min)")
+    parallel = side_by_side(result)
+    lines.append(f"book on one H100, chapters side by side: {parallel['book']['at_least']:.1f} to "
+                 f"{parallel['book']['at_most']:.1f} min; the GPU queue's chapter steps: " + ", ".join(
+                     f"{name} {b['at_least']:.1f} to {b['at_most']:.1f}" for name, b in parallel["queue_steps"].items()))
     return "\n".join(lines)
 
 
@@ -370,6 +389,7 @@ def main(argv=None) -> dict:
     print(report(current, "FULL PROFILE AS THE CHAPTERS STAND"))
     print(report(changed, "\nWITH THE PROPOSED VALUES (bench.t4_estimate.PROPOSALS)"))
     out = {"rule": rule(), "chapters": current, "book": book(current), "sensitivity": sensitivity(current),
+           "h100_side_by_side": side_by_side(current),
            "proposed": {"changes": {c: PROPOSALS[c] for c in keep if c in PROPOSALS},
                         "chapters": changed, "book": book(changed), "sensitivity": sensitivity(changed)}}
     out["stale_sources"] = stale_sources()

@@ -1,6 +1,6 @@
 """Train an English -> Spanish transformer on Tatoeba within a fixed time budget, score it.
 
-    python -m bench.translate                 # the GPU run: 600 s of training, then BLEU
+    python -m bench.translate                 # the GPU run: 420 s of training, then BLEU
     python -m bench.translate --budget 300    # another training budget (seconds)
     python -m bench.translate --smoke         # CPU smoke run on a small subset (about 30 s)
     python -m bench.translate --timings-only  # only the two CPU timings below (no training)
@@ -23,7 +23,7 @@ Both on one CPU thread, the two candidates interleaved (``xfl.timing.compare``):
 the medians, the ratio as the median of per-pair ratios with its interquartile range, and the
 verdict.
 
-Target of the GPU run: BLEU >= 45 within 10 minutes of training on one H100.
+Target of the GPU run: BLEU >= 45 within 7 minutes of training on one H100 (issue 49).
 Sentence pairs from www.manythings.org/anki and tatoeba.org (CC-BY 2.0 FR).
 Data: XFL_DATA_MIRROR (offline mirror) or a verified download.
 """
@@ -169,7 +169,7 @@ def cpu_timings(pairs: int) -> dict:
 def training_run(args) -> dict:
     """Train for the budget on the chosen device and score held-out BLEU."""
     device = torch.device("cpu" if args.smoke else (args.device or default_device()))
-    recipe, budget = (SMOKE, args.budget or 8.0) if args.smoke else (GPU, args.budget or 600.0)
+    recipe, budget = (SMOKE, args.budget or 8.0) if args.smoke else (GPU, args.budget or 420.0)
     return {"device": device_name(device), "smoke": args.smoke, "budget_seconds": budget,
             **train_and_score(recipe, budget, device, not args.no_progress)}
 
@@ -180,7 +180,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--timings-only", action="store_true",
                         help=f"only the CPU timings, no training (default --out: {TIMINGS.name})")
     parser.add_argument("--no-timings", action="store_true", help="skip the two CPU timings")
-    parser.add_argument("--budget", type=float, default=None, help="training seconds (600; smoke 8)")
+    parser.add_argument("--budget", type=float, default=None, help="training seconds (420, issue 49; smoke 8)")
     parser.add_argument("--device", default=None, help="cuda / mps / cpu (default: best available)")
     parser.add_argument("--out", type=Path, default=None, help=f"JSON file (default {RESULTS})")
     parser.add_argument("--no-progress", action="store_true")

@@ -110,3 +110,18 @@ def test_every_estimated_chapter_prints_its_t4_estimate_and_fits_fifteen_minutes
                               max(1, math.ceil(row["t4_minutes"])))
     assert {c: said for c, (said, _) in announced.items()} == {c: rule for c, (_, rule) in announced.items()}
     assert max(said for said, _ in announced.values()) <= 15, announced
+
+
+def test_side_by_side_bounds_each_queue_step_by_its_longest_chapter_and_its_sum():
+    from tools.env.gpu_plan import QUEUE
+    result = {"ch05_encoder_decoder": {"h100_minutes": 6.0}, "ch06_bleu": {"h100_minutes": 5.0},
+              "ch09_gpt": {"h100_minutes": 4.0}, "ch10_modern": {"h100_minutes": 2.0}}
+    bounds = est.side_by_side(result)
+    steps = {s.name for s in QUEUE if "execute" in s.argv}
+    assert set(bounds["queue_steps"]) == steps
+    assert bounds["queue_steps"]["text_chapters_a"] == {
+        "chapters": ["ch05_encoder_decoder", "ch06_bleu"], "at_least": 6.0, "at_most": 11.0}
+    assert (bounds["book"]["at_least"], bounds["book"]["at_most"]) == (6.0, 17.0)
+    recorded = json.loads((ROOT / "bench" / "results" / "t4_estimate.json").read_text())
+    book = recorded["h100_side_by_side"]["book"]
+    assert book["at_least"] <= recorded["book"]["h100_minutes"] == pytest.approx(book["at_most"])

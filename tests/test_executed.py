@@ -271,3 +271,20 @@ def test_tiny_book_renders_the_stored_outputs_without_executing(book):
     assert "from the stored run" in html and "executed by the book build" in html  # the code
     assert html.count("executed by the book build") == 1  # ...but not its output
     assert "<img" in html  # the stored figure
+
+
+def test_each_fresh_cpu_run_took_about_what_its_banner_announces():
+    """A chapter's banner (and `book/setup.md`'s cpu column) announces its cpu profile's minutes:
+    each fresh stored cpu run's wall time lies within a third of that (a quiet 2-core machine)."""
+    import re
+
+    announced = re.compile(r"run_banner\([^)]*cpu_minutes=([\d.]+)\)")
+    for state in executed.chapter_states():
+        if state.state != "fresh" or state.meta.get("profile") != "cpu":
+            continue
+        source = (REPO_ROOT / f"{state.chapter}.md").read_text(encoding="utf-8")
+        minutes = float(announced.search(source).group(1))
+        took = state.meta["seconds"] / 60
+        assert abs(took - minutes) <= minutes / 3, (
+            f"{state.chapter}: its banner announces about {minutes:g} min on a 2-core CPU, its stored "
+            f"cpu run took {took:.1f} min: set cpu_minutes to the run's time and run it again")

@@ -1,10 +1,12 @@
-"""tools.env.gpu_plan: the GPU plan's dry run (the same steps on the CPU, tiny budgets) over two calls,
-the first stopped at its deadline and resumed by the second; the plans name every chapter."""
+"""tools.env.gpu_plan: the GPU queue's dry run (every step's tiny variant on the CPU) over three
+calls, the first stopped at its deadline; the queue's windows fit the device's 15 minutes; a
+window's returned files are recorded into the repository, a dry run's refused."""
 
 import json
+import os
 import sys
 import time
-import os
+from pathlib import Path
 
 import pytest
 
@@ -12,43 +14,73 @@ from tools.env import gpu_plan
 from tools.book.executed import ROOT, toc_chapters
 
 
-def run(tmp_path, out, *extra):
-    return gpu_plan.main(["run", "recipes", "--dry-run", "--out", str(tmp_path / out),
-                          "--state", str(tmp_path / "state"), *extra])
+def window(tmp_path, out, *extra):
+    return gpu_plan.main(["window", "--dry-run", "--out", str(tmp_path / out), "--state",
+                          str(tmp_path / "gpu_queue.json"), "--data", os.environ["XFL_DATA_MIRROR"], *extra])
 
 
-def test_dry_run_stops_at_the_deadline_then_resumes_and_finishes(tmp_path):
+def test_dry_run_of_the_whole_queue_stops_at_the_deadline_then_finishes(tmp_path):
     if not os.environ.get("XFL_DATA_MIRROR"):
         pytest.skip("XFL_DATA_MIRROR is not set (CI points it at ../shared/data)")
-    # call 1: its deadline passes before the first step can train (a Python start takes longer)
-    assert run(tmp_path, "call1", "--call-seconds", str(gpu_plan.MARGIN_S + 0.3), "--min-start", "0") == 0
-    state = json.loads((tmp_path / "call1" / "state.json").read_text())
-    assert list(state["steps"]) == ["vit"] and state["steps"]["vit"]["status"] == "resume", state
-    assert "DeadlineReached" in state["steps"]["vit"]["tail"]
-    assert len(list((tmp_path / "state" / "checkpoints" / "vit").glob("run000-*.pt"))) == 1
-    assert sorted(p.name for p in (tmp_path / "call1").iterdir()) == ["state.json"]
-    # call 2: the checkpoint resumes, the other steps run
-    assert run(tmp_path, "call2", "--call-seconds", "600") == 0
-    state = json.loads((tmp_path / "call2" / "state.json").read_text())
-    assert {name: (s["status"], s["calls"]) for name, s in state["steps"].items()} == {
-        "vit": ("done", 2), "vit_fp16": ("done", 1), "translate": ("done", 1)}
+    # call 1: the deadline passes before the first step's notebook can run: it is to be resumed
+    assert window(tmp_path, "call1", "--call-seconds", str(gpu_plan.MARGIN_S + 0.5)) == 0
+    state = json.loads((tmp_path / "call1" / "gpu_queue.json").read_text())
+    assert {n: s["status"] for n, s in state["steps"].items()} == {"gpu_check": "resume"}, state
+    assert "DeadlineReached" in state["steps"]["gpu_check"]["tail"]
+    # call 2: every step, in the queue's order
+    assert window(tmp_path, "call2", "--call-seconds", "900") == 0
+    state = json.loads((tmp_path / "call2" / "gpu_queue.json").read_text())
+    assert list(state["steps"]) == sorted(s.name for s in gpu_plan.QUEUE)
+    assert {n: (s["status"], s["calls"], s["dry_run"]) for n, s in state["steps"].items()} == {
+        s.name: ("done", 2 if s.name == "gpu_check" else 1, True) for s in gpu_plan.QUEUE}
     assert sorted(p.name for p in (tmp_path / "call2").iterdir()) == [
-        "state.json", "translate.json", "vit.json", "vit_fp16.json"]
-    vit = json.loads((tmp_path / "call2" / "vit.json").read_text())
-    assert vit["steps"] > 0 and vit["train_seconds"] >= 2.0  # its whole budget, over two calls
-    # call 3: nothing left to do
-    assert run(tmp_path, "call3") == 0 and sorted(p.name for p in (tmp_path / "call3").iterdir()) == ["state.json"]
+        "executed.json", "gpu_nbval.json", "gpu_queue.json", "tiny.ipynb", "translate.json", "vit.json"]
+    results = json.loads((tmp_path / "call2" / "gpu_nbval.json").read_text())
+    assert results["nbval"]["fp32"]["tiny"]["status"] == "passed"
+    steps = results["steps"]
+    assert sorted(steps) == ["ch05_encoder_decoder", "ch06_bleu", "ch07_vit", "ch09_gpt", "ch10_modern"]
+    timed = [v["fp32"] for chapter in steps.values() for v in chapter.values()]
+    assert len(timed) == 6 and all(t["step_ms"] > 0 and t["ops_per_step"] > 100 for t in timed)
+    # call 3: nothing left
+    assert window(tmp_path, "call3") == 0
+    assert [p.name for p in (tmp_path / "call3").iterdir()] == ["gpu_queue.json"]
+    # a dry run is never recorded into the repository
+    with pytest.raises(SystemExit, match="records a dry run"):
+        gpu_plan.record(tmp_path / "call2", tmp_path / "results", tmp_path / "state.json")
 
 
-def test_the_chapters_plan_runs_every_chapter_of_the_book():
-    paths = [step.argv[step.argv.index("execute") + 1] for step in gpu_plan.PLANS["chapters"]]
-    assert [p.removesuffix(".ipynb") for p in paths] == toc_chapters()
-    assert all((ROOT / p).exists() for p in paths)
-    assert gpu_plan.PLANS["all"] == gpu_plan.PLANS["recipes"] + gpu_plan.PLANS["chapters"]
-    sessions = [gpu_plan.PLANS[f"session{i}"] for i in range(1, len(gpu_plan.SESSIONS) + 1)]
-    in_sessions = [s.name for plan in sessions for s in plan]
-    assert sorted(in_sessions) == sorted(s.name for s in gpu_plan.PLANS["all"])  # each step once
-    assert all(sum(s.minutes for s in plan) <= 22 for plan in sessions)  # + setup: 28 minutes
+def test_the_queue_covers_the_book_and_each_window_fits_the_device_time():
+    check = gpu_plan.BY_NAME["gpu_check"].argv
+    assert "--t4-path" in check and not any(a[:2] == "ch" and a[2:4].isdigit() for a in check)  # every chapter
+    executed = [a for s in gpu_plan.QUEUE if "execute" in s.argv for a in s.argv if a[:2] == "ch" and a[2:4].isdigit()]
+    training = {"ch05_encoder_decoder", "ch06_bleu", "ch07_vit", "ch09_gpt", "ch10_modern"}
+    assert training <= set(executed) and len(executed) == len(set(executed))
+    assert set(executed) <= {Path(p).parts[1] for p in toc_chapters()}
+    assert [s.issue for s in gpu_plan.QUEUE] == sorted(s.issue for s in gpu_plan.QUEUE)  # 44 first
+    for group in gpu_plan.windows(gpu_plan.QUEUE):
+        assert gpu_plan.window_minutes(group) <= gpu_plan.WINDOW_MINUTES < 15
+        assert sum(s.minutes for s in group) * 60 <= gpu_plan.CALL_S - gpu_plan.MARGIN_S
+    assert [s.name for s in gpu_plan.windows(gpu_plan.QUEUE)[0]] == ["gpu_check", "gpu_steps"]
+
+
+def test_a_window_with_cifar_carries_it_in_three_calls_first():
+    calls = gpu_plan.calls([gpu_plan.BY_NAME["vit"]])
+    assert [c["carry"] for c in calls] == [["build/carry/cifar1"], ["build/carry/cifar2"],
+                                          ["build/carry/cifar3"], ["build/wheels", "build/carry/text"]]
+    assert all(c["timeout_s"] <= 600 for c in calls)
+    assert [c["carry"] for c in gpu_plan.calls([gpu_plan.BY_NAME["translate"]])] == [
+        ["build/wheels", "build/carry/text"]]
+    files = [f for names in gpu_plan.CIFAR_CALLS.values() for f in names]
+    assert sorted(files) == sorted(p.name for p in (ROOT.parent / "shared" / "data" / "cifar-10-batches-py").iterdir()) \
+        if (ROOT.parent / "shared" / "data").exists() else len(files) == 7
+
+
+def test_next_names_the_first_pending_window():
+    state = {"steps": {"gpu_check": {"status": "done"}, "gpu_steps": {"status": "failed"}}}
+    text = gpu_plan.describe_next(state)
+    assert text.startswith("Next window: gpu_steps") and "call 1: carry" in text
+    done = {"steps": {s.name: {"status": "done"} for s in gpu_plan.QUEUE}}
+    assert gpu_plan.describe_next(done) == "The queue is finished."
 
 
 @pytest.mark.parametrize("code, output, expected", [
@@ -58,16 +90,36 @@ def test_outcome_of_a_step(code, output, expected):
     assert gpu_plan.outcome(code, output) == expected
 
 
-def test_a_state_of_another_plan_is_refused(tmp_path):
-    (tmp_path / "state.json").write_text(json.dumps({"plan": "chapters", "steps": {}}))
-    with pytest.raises(SystemExit, match="belongs to plan 'chapters', not 'recipes'"):
-        gpu_plan.read_state(tmp_path, "recipes")
+def test_a_missing_data_file_fails_the_step_by_name(tmp_path):
+    (tmp_path / "cifar-10-batches-py").mkdir()
+    (tmp_path / "cifar-10-batches-py" / "data_batch_1").write_text("x")
+    assert "CIFAR-10 is not all there" in gpu_plan.missing_data(gpu_plan.BY_NAME["vit"], tmp_path)
+    assert "Tatoeba zip" in gpu_plan.missing_data(gpu_plan.BY_NAME["translate"], tmp_path)
+    assert gpu_plan.missing_data(gpu_plan.BY_NAME["gpu_steps"], tmp_path) is None
+
+
+def test_record_merges_results_and_keeps_every_benchmark_run(tmp_path):
+    back, results = tmp_path / "back", tmp_path / "results"
+    back.mkdir(), results.mkdir()
+    state = {"steps": {"vit": {"status": "done", "dry_run": False, "date": "2026-12-01 10:00 UTC"}}}
+    (back / "gpu_queue.json").write_text(json.dumps(state))
+    (back / "gpu_nbval.json").write_text(json.dumps({"nbval": {"fp16": {"ch07_vit": {"status": "passed"}}}}))
+    (back / "vit.json").write_text(json.dumps({"test_accuracy": 0.91}))
+    (results / "gpu_nbval.json").write_text(json.dumps({"nbval": {"bf16": {"ch07_vit": {"status": "passed"}}}}))
+    (results / "vit.json").write_text(json.dumps({"cpu": 1, "gpu_runs": [{"test_accuracy": 0.85}]}))
+    old_state = tmp_path / "state.json"
+    old_state.write_text(json.dumps({"steps": {"gpu_check": {"status": "done"}}}))
+    gpu_plan.record(back, results, old_state)
+    assert set(json.loads(old_state.read_text())["steps"]) == {"gpu_check", "vit"}
+    assert json.loads((results / "gpu_nbval.json").read_text())["nbval"] == {
+        "bf16": {"ch07_vit": {"status": "passed"}}, "fp16": {"ch07_vit": {"status": "passed"}}}
+    vit = json.loads((results / "vit.json").read_text())
+    assert vit["cpu"] == 1 and [r["test_accuracy"] for r in vit["gpu_runs"]] == [0.85, 0.91]
 
 
 def test_a_notebook_stopped_at_the_deadline_resumes_in_the_next_call(tmp_path):
-    """A chapter step's path: ``tools.book.executed execute`` on a notebook whose training run meets
-    the deadline is marked ``resume`` (its partial notebook dropped); the next call completes it
-    from the checkpoint and leaves the executed notebook."""
+    """A chapter's path: ``tools.book.executed execute`` on a notebook whose training run meets
+    the deadline is marked ``resume``; the next call completes it from the checkpoint."""
     import nbformat
 
     notebook = tmp_path / "tiny.ipynb"
@@ -80,13 +132,14 @@ def test_a_notebook_stopped_at_the_deadline_resumes_in_the_next_call(tmp_path):
             "print('steps', state.step, [h['step'] for h in state.history])")
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         code.replace("\\n", "\n").format(tests=str(ROOT / "tests")))]), notebook)
-    step = gpu_plan.Step("tiny", (), (sys.executable, "-m", "tools.book.executed", "execute", str(notebook),
-                                      "--out", "{out}"), 1.0)
-    out = tmp_path / "out"
+    step = gpu_plan.Step("tiny", 0, (), ("{py}", "-m", "tools.book.executed", "execute", str(notebook),
+                                         "--out", "{out}"), 1.0)
+    out, checkpoints = tmp_path / "out", tmp_path / "checkpoints"
     out.mkdir()
-    assert gpu_plan.run_step(step, tmp_path / "state", out, time.time() - 1, dry_run=True)[0] == "resume"
-    assert list(out.iterdir()) == [] and len(list((tmp_path / "state").rglob("run000-*.pt"))) == 1
-    result, tail = gpu_plan.run_step(step, tmp_path / "state", out, time.time() + 120, dry_run=True)
+    env = {"PYTHONPATH": str(ROOT)}
+    assert gpu_plan.run_step(step, out, checkpoints, time.time() - 1, True, sys.executable, env)[0] == "resume"
+    assert len(list(checkpoints.rglob("run000-*.pt"))) == 1
+    result, tail = gpu_plan.run_step(step, out, checkpoints, time.time() + 120, True, sys.executable, env)
     assert result == "done", tail
     text = "".join(o.get("text", "") for o in nbformat.read(out / "tiny.ipynb", 4).cells[0].outputs)
     assert "steps 8 [4, 8]" in text  # resumed to the end, its history whole

@@ -1,0 +1,277 @@
+"""Chapter notebooks side by side on one GPU machine, each in its own process.
+
+    python -m tools.env.gpu_chapters check --out results.json                 # every chapter, nbval
+    python -m tools.env.gpu_chapters check --t4-path --out results.json     # + fp16 of chapters 5-10
+    python -m tools.env.gpu_chapters execute ch05_encoder_decoder ch06_bleu --out DIR
+
+``check`` runs each notebook under nbval (``--nbval-lax``, the fast profile unless ``--profile``
+says otherwise) and merges, per precision, each chapter's result into ``results.json``: passed
+or failed (the failing cell and its error), seconds, and the peak GPU memory its kernel held.
+``execute`` runs chapters in the full profile through ``tools.book.executed execute`` (their
+notebooks, outputs included, go to ``DIR`` for ``tools.book.executed store``).
+
+Why side by side: the book's models are small, so a step is mostly Python dispatching kernels
+(the op term of ``xfl.estimate``), which runs on the CPU; the GPU machine has 16 cores and one
+GPU that one such notebook leaves idle most of the time. ``--jobs`` notebooks run at once
+(longest expected first), each with ``cores / jobs`` threads. A job still running at
+``XFL_DEADLINE`` is stopped and recorded as ``timeout``; one not started by then as ``not run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tools.book.executed import toc_chapters
+from xfl.atomic_files import write_text_atomic
+
+ROOT = Path(__file__).resolve().parents[2]
+WATCHER = Path(__file__).with_name("gpu_memory_watch.py")
+TRAINING = ("ch05_encoder_decoder", "ch06_bleu", "ch07_vit", "ch09_gpt", "ch10_modern")
+BANNER_FAST = re.compile(r"run_banner\(fast_minutes=([\d.]+)")
+ESTIMATES = ROOT / "bench" / "results" / "t4_estimate.json"
+CELL_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Job:
+    """One notebook run: ``path`` (``chapters/<folder>/<name>``, no suffix), in ``precision``
+    (``auto``: the device's own choice), checked by nbval or executed for storing."""
+
+    path: str
+    precision: str = "auto"
+    mode: str = "check"  # or "execute"
+    profile: str = "fast"
+
+    @property
+    def chapter(self) -> str:
+        """The chapter's folder (``ch05_encoder_decoder``); another notebook's name."""
+        parts = Path(self.path).parts
+        return parts[1] if parts[0] == "chapters" else parts[-1]
+
+    def argv(self, out: Path, junit: Path) -> list[str]:
+        notebook = f"{self.path}.ipynb"
+        if self.mode == "execute":
+            return [sys.executable, "-m", "tools.book.executed", "execute", notebook, "--out", str(out)]
+        return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                f"--nbval-cell-timeout={CELL_TIMEOUT_S}", f"--junitxml={junit}", notebook]
+
+    def env(self, threads: int, memory_file: Path, ipython_dir: Path) -> dict:
+        env = {**os.environ, "XFL_PROFILE": self.profile, "OMP_NUM_THREADS": str(threads),
+               "XFL_GPU_MEMORY_FILE": str(memory_file), "IPYTHONDIR": str(ipython_dir),
+               "PYTHONUNBUFFERED": "1"}
+        env.pop("XFL_FAST", None)  # XFL_PROFILE decides
+        env.pop("XFL_PRECISION", None)
+        if self.precision != "auto":
+            env["XFL_PRECISION"] = self.precision
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        return env
+
+
+def chapter_paths(names: list[str] | None = None, training: bool = False) -> list[str]:
+    """The book's chapters (``_toc.yml`` order) named by folder (``ch05_encoder_decoder``), or
+    notebook paths given as they are; all of them, or the training chapters, when none are named."""
+    book = {Path(p).parts[1]: p for p in toc_chapters()}
+    if not names:
+        return [p for name, p in book.items() if not training or name in TRAINING]
+    unknown = [n for n in names if n not in book and not Path(f"{n}.ipynb").exists()]
+    if unknown:
+        raise SystemExit(f"not a chapter folder of _toc.yml nor a notebook path: {unknown}; "
+                         f"expected some of {sorted(book)}")
+    return [book.get(n, n) for n in names]
+
+
+def expected_minutes(job: Job) -> float:
+    """Minutes the job should take: the fast profile's from the chapter's banner, the full
+    profile's from the H100 estimate (``bench/results/t4_estimate.json``), 1 where neither says."""
+    if job.profile == "full" and ESTIMATES.exists():
+        chapters = json.loads(ESTIMATES.read_text())["chapters"]
+        return chapters.get(job.chapter, {}).get("h100_minutes", 1.0)
+    source = ROOT / f"{job.path}.md"
+    found = BANNER_FAST.search(source.read_text(encoding="utf-8")) if source.exists() else None
+    return float(found.group(1)) if found else 1.0
+
+
+def first_failure(junit: Path) -> tuple[str | None, str | None]:
+    """(failing cell, its error) of nbval's JUnit report, or (None, None) where every cell passed."""
+    if not junit.exists():
+        return "no report", "pytest wrote no JUnit report (it did not start, or was killed)"
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        for bad in (*case.findall("failure"), *case.findall("error")):
+            text = (bad.text or bad.get("message") or "").strip()
+            return case.get("name"), text[-1500:]
+    return None, None
+
+
+def device_info() -> dict:
+    """The GPU (or CPU), torch and CUDA versions, the precision ``auto`` means here, the date."""
+    import torch
+
+    from xfl.precision import choose_precision
+    from xfl.runtime import default_device, device_name
+
+    device = default_device()
+    return {"device": device_name(device), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "auto_precision": str(choose_precision(device)), "cores": os.cpu_count(),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def _ipython_dir(folder: Path) -> Path:
+    startup = folder / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    shutil.copy(WATCHER, startup / "00-xfl-gpu-memory.py")
+    return folder
+
+
+def _result(job: Job, code: int | None, seconds: float, junit: Path, memory_file: Path) -> dict:
+    if code is None:
+        status, cell, error = "timeout", None, "stopped at the deadline"
+    elif code == 0:
+        status, cell, error = "passed", None, None
+    else:
+        status = "failed"
+        cell, error = first_failure(junit) if job.mode == "check" else (None, None)
+    peak = int(memory_file.read_text()) if memory_file.exists() else None
+    result = {"status": status, "seconds": round(seconds, 1),
+              "peak_gpu_mib": None if peak is None else round(peak / 2**20)}
+    if status != "passed":
+        result.update(failed_cell=cell, error=error)
+    return result
+
+
+def run_jobs(jobs: list[Job], out: Path, workers: int, deadline: float | None,
+             on_result=lambda job, result: None) -> dict[Job, dict]:
+    """Run ``jobs`` ``workers`` at a time, longest expected first, until they end or ``deadline``."""
+    pending = sorted(jobs, key=expected_minutes, reverse=True)
+    threads = max(1, (os.cpu_count() or 1) // max(1, min(workers, len(jobs))))
+    results, running = {}, {}
+    with tempfile.TemporaryDirectory(prefix="xfl-gpu-chapters-") as scratch:
+        scratch = Path(scratch)
+        ipython_dir = _ipython_dir(scratch / "ipython")
+        while pending or running:
+            late = deadline is not None and time.time() >= deadline
+            while pending and len(running) < workers and not late:
+                job = pending.pop(0)
+                tag = f"{job.chapter}-{job.precision}-{len(results) + len(running)}"
+                junit, memory = scratch / f"{tag}.xml", scratch / f"{tag}.mib"
+                log = open(scratch / f"{tag}.log", "w")
+                process = subprocess.Popen(job.argv(out, junit), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                           env=job.env(threads, memory, ipython_dir), start_new_session=True)
+                running[job] = (process, time.time(), junit, memory, log)
+                print(f"[chapters] {job.chapter} ({job.precision}, {job.mode}): start", flush=True)
+            for job, (process, began, junit, memory, log) in list(running.items()):
+                code = process.poll()
+                if code is None and not late:
+                    continue
+                if code is None:
+                    os.killpg(process.pid, 9)
+                    process.wait()
+                log.close()
+                results[job] = _result(job, code, time.time() - began, junit, memory)
+                del running[job]
+                if results[job]["status"] != "passed":
+                    results[job]["log_tail"] = Path(log.name).read_text(errors="replace")[-1500:]
+                print(f"[chapters] {job.chapter} ({job.precision}): {results[job]['status']} in "
+                      f"{results[job]['seconds']:.0f} s", flush=True)
+                on_result(job, results[job])
+            if late:
+                for job in pending:
+                    results[job] = {"status": "not run", "seconds": 0.0, "peak_gpu_mib": None}
+                    on_result(job, results[job])
+                pending = []
+            time.sleep(0.5)
+    return results
+
+
+def merge(path: Path, keys: tuple[str, ...], value: dict, device: dict) -> None:
+    """Put ``value`` at ``keys`` (nested) in the JSON file ``path`` (written atomically), and the
+    device it ran on under ``devices``."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
+    data.setdefault("devices", {})[device["device"]] = device
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def precision_name(precision: str, device: dict) -> str:
+    """``auto`` as the device resolves it (``bf16`` on an H100, ``fp32`` on a CPU)."""
+    return device["auto_precision"].split()[0] if precision == "auto" else precision
+
+
+def check(paths: list[str], precisions: list[str], out: Path, workers: int, deadline: float | None,
+          profile: str = "fast", t4_path: bool = False) -> dict[Job, dict]:
+    """nbval on ``paths`` in each of ``precisions`` (``t4_path``: the training chapters among them
+    in fp16 too); results merged into ``out`` as they come, under ``nbval/<precision>/<chapter>``."""
+    device = device_info()
+    jobs = [Job(p, precision, "check", profile) for precision in precisions for p in paths]
+    if t4_path and "fp16" not in precisions:
+        jobs += [Job(p, "fp16", "check", profile) for p in paths if Path(p).parts[-2] in TRAINING]
+
+    def record(job: Job, result: dict) -> None:
+        name = precision_name(job.precision, device)
+        merge(out, ("nbval", name, job.chapter), {**result, "profile": job.profile,
+                                                       "device": device["device"], "date": device["date"]}, device)
+    return run_jobs(jobs, out.parent, workers, deadline, record)
+
+
+def execute(paths: list[str], out: Path, workers: int, deadline: float | None,
+            profile: str = "full") -> dict[Job, dict]:
+    """``tools.book.executed execute`` on ``paths``, notebooks to ``out``; a summary in
+    ``out/executed.json``."""
+    device = device_info()
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [Job(p, "auto", "execute", profile) for p in paths]
+    return run_jobs(jobs, out, workers, deadline,
+                    lambda job, result: merge(out / "executed.json", ("executed", job.chapter), result, device))
+
+
+def deadline_from_env() -> float | None:
+    raw = os.environ.get("XFL_DEADLINE")
+    return float(raw) if raw else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("check", "execute"):
+        command = commands.add_parser(name)
+        command.add_argument("chapters", nargs="*", help="chapter folders or notebook paths (default: all)")
+        command.add_argument("--out", type=Path, required=True,
+                             help="check: the results JSON; execute: the notebooks' folder")
+        command.add_argument("--jobs", type=int, default=8, help="notebooks at once (default 8)")
+        command.add_argument("--training", action="store_true", help="only the training chapters")
+        command.add_argument("--profile", default="fast" if name == "check" else "full",
+                             choices=("fast", "cpu", "full"))
+    commands.choices["check"].add_argument("--precision", nargs="+", default=["auto"],
+                                           choices=("auto", "bf16", "fp16", "fp32"))
+    commands.choices["check"].add_argument("--t4-path", action="store_true",
+                                           help="also the training chapters in fp16 (the T4's path)")
+    args = parser.parse_args(argv)
+    paths = chapter_paths(args.chapters, args.training)
+    if args.command == "check":
+        results = check(paths, args.precision, args.out, args.jobs, deadline_from_env(), args.profile,
+                        args.t4_path)
+    else:
+        results = execute(paths, args.out, args.jobs, deadline_from_env(), args.profile)
+    bad = {f"{job.chapter} ({job.precision})": r["status"] for job, r in results.items() if r["status"] != "passed"}
+    print(f"[chapters] {len(results) - len(bad)} of {len(results)} passed" + (f"; not passed: {bad}" if bad else ""))
+    if any(r["status"] in ("timeout", "not run") for r in results.values()):
+        print("DeadlineReached: XFL_DEADLINE stopped notebooks or left them unstarted (tools.env.gpu_plan: resume)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
