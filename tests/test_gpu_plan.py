@@ -143,3 +143,10 @@ def test_a_notebook_stopped_at_the_deadline_resumes_in_the_next_call(tmp_path):
     assert result == "done", tail
     text = "".join(o.get("text", "") for o in nbformat.read(out / "tiny.ipynb", 4).cells[0].outputs)
     assert "steps 8 [4, 8]" in text  # resumed to the end, its history whole
+
+
+def test_the_repositorys_queue_state_names_every_step_and_holds_no_dry_run():
+    state = gpu_plan.read_state()
+    assert sorted(state["steps"]) == sorted(s.name for s in gpu_plan.QUEUE)
+    assert all(s["status"] in ("not run", "done", "resume", "failed") for s in state["steps"].values())
+    assert not any(s.get("dry_run") for s in state["steps"].values())
