@@ -103,8 +103,8 @@ gpu-record: $(STAMP)
 
 # The Colab-like environment (.venv-colab, kept between runs) with this checkout's xfl installed
 # as the chapters' first cell installs it, registered as the kernel xfl-colab-like in $(RUN_DIR).
-# After .venv: torch and its CUDA libraries are hard-linked from it (tools/env/colab_env.py), the rest
-# of Colab's packages installed; xfl last (two builds of xfl in one tree would collide).
+# Colab's packages at Colab's versions (tools/env/colab-runtime.txt, torch 2.11 included, a second
+# torch download); xfl last (two builds of xfl in one tree would collide).
 colab-base: $(STAMP)
 	$(PYTHON) -m tools.env.colab_env
 colab-env: $(STAMP) colab-base

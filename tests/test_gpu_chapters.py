@@ -63,3 +63,21 @@ def test_the_memory_watcher_keeps_the_largest_sample(tmp_path, monkeypatch):
     peaks = [peak := gpu_memory_watch.sample(path, peak) for _ in range(4)]
     assert peaks == [0, 3 * 2**20, 3 * 2**20, 5 * 2**20]
     assert int((tmp_path / "peak").read_text()) == 5 * 2**20
+
+
+def test_side_by_side_notebooks_get_checkpoint_folders_of_their_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("XFL_CHECKPOINT_DIR", str(tmp_path))
+    envs = [gpu_chapters.Job(p, precision).env(2, tmp_path / "m", tmp_path / "i")
+            for p in ("chapters/ch05_encoder_decoder/translation", "chapters/ch06_bleu/bleu_decoding")
+            for precision in ("auto", "fp16")]
+    folders = [e["XFL_CHECKPOINT_DIR"] for e in envs]
+    assert len(set(folders)) == 4 and all(f.startswith(str(tmp_path)) for f in folders)
+    assert [e.get("XFL_PRECISION") for e in envs] == [None, "fp16", None, "fp16"]
+    assert all(e["XFL_PROFILE"] == "fast" and "XFL_FAST" not in e for e in envs)
+
+
+def test_a_run_stopped_by_the_deadline_is_a_timeout_not_a_failure(tmp_path):
+    job = gpu_chapters.Job("chapters/ch05_encoder_decoder/translation", mode="execute")
+    log = "xfl.train.DeadlineReached: XFL_DEADLINE passed at step 120"
+    assert gpu_chapters._result(job, 1, 3.0, tmp_path / "none.xml", tmp_path / "none", log)["status"] == "timeout"
+    assert gpu_chapters._result(job, 1, 3.0, tmp_path / "none.xml", tmp_path / "none", "KeyError")["status"] == "failed"

@@ -75,6 +75,8 @@ class Job:
         env.pop("XFL_PRECISION", None)
         if self.precision != "auto":
             env["XFL_PRECISION"] = self.precision
+        if env.get("XFL_CHECKPOINT_DIR"):  # notebooks side by side must not resume each other's runs
+            env["XFL_CHECKPOINT_DIR"] = str(Path(env["XFL_CHECKPOINT_DIR"]) / f"{self.chapter}-{self.precision}")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         return env
 
@@ -134,19 +136,21 @@ def _ipython_dir(folder: Path) -> Path:
     return folder
 
 
-def _result(job: Job, code: int | None, seconds: float, junit: Path, memory_file: Path) -> dict:
+def _result(job: Job, code: int | None, seconds: float, junit: Path, memory_file: Path, log: str) -> dict:
+    """Passed, failed (the failing cell and its error), or timeout: killed at the deadline, or a
+    training run in it stopped by ``XFL_DEADLINE`` (``xfl.train.DeadlineReached``)."""
     if code is None:
         status, cell, error = "timeout", None, "stopped at the deadline"
     elif code == 0:
         status, cell, error = "passed", None, None
     else:
-        status = "failed"
         cell, error = first_failure(junit) if job.mode == "check" else (None, None)
+        status = "timeout" if "DeadlineReached" in f"{error}{log}" else "failed"
     peak = int(memory_file.read_text()) if memory_file.exists() else None
     result = {"status": status, "seconds": round(seconds, 1),
               "peak_gpu_mib": None if peak is None else round(peak / 2**20)}
     if status != "passed":
-        result.update(failed_cell=cell, error=error)
+        result.update(failed_cell=cell, error=error, log_tail=log[-1500:])
     return result
 
 
@@ -178,10 +182,9 @@ def run_jobs(jobs: list[Job], out: Path, workers: int, deadline: float | None,
                     os.killpg(process.pid, 9)
                     process.wait()
                 log.close()
-                results[job] = _result(job, code, time.time() - began, junit, memory)
+                text = Path(log.name).read_text(errors="replace")
+                results[job] = _result(job, code, time.time() - began, junit, memory, text)
                 del running[job]
-                if results[job]["status"] != "passed":
-                    results[job]["log_tail"] = Path(log.name).read_text(errors="replace")[-1500:]
                 print(f"[chapters] {job.chapter} ({job.precision}): {results[job]['status']} in "
                       f"{results[job]['seconds']:.0f} s", flush=True)
                 on_result(job, results[job])
