@@ -35,10 +35,10 @@ def test_unset_profile_follows_the_device(monkeypatch, value, device, fast):
 @pytest.mark.parametrize("value, device, expected", [
     (None, "cpu", "xfl: fast profile (no CUDA GPU) on cpu; expected run time about 2 min on a 2-core CPU"),
     (None, "cuda", "xfl: full profile (CUDA GPU found) on cuda; expected run time about 15 min on a T4 "
-                   "(estimated from counted FLOPs and operations), less on newer GPUs"),
+                   "(an estimate: book/setup.md), less on newer GPUs"),
     ("1", "cuda", "xfl: fast profile (XFL_FAST=1) on cuda; expected run time about 2 min on a 2-core CPU"),
     ("0", "cpu", "xfl: full profile (XFL_FAST=0) on cpu; expected run time the full profile is meant for "
-                 "a GPU (about 15 min on a T4): far longer here")])
+                 "a GPU (about 15 min on a T4, an estimate); a CPU may take far longer")])
 def test_run_banner_names_profile_device_and_time(monkeypatch, value, device, expected):
     on_device(monkeypatch, device, xfl_fast=value)
     assert runtime.run_banner(fast_minutes=2, t4_minutes=15) == expected

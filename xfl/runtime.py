@@ -119,8 +119,9 @@ def run_banner(fast_minutes: float, t4_minutes: float, cpu_minutes: float | None
     """The line a chapter prints first: its profile (and why), the device, the expected time.
 
     ``fast_minutes`` and ``cpu_minutes`` are measured (the fast and cpu profiles on a 2-core
-    CPU); ``t4_minutes`` is the full profile on Colab's T4, estimated from its counted FLOPs and
-    operations (``bench/t4_estimate.py``, ``xfl.estimate``) until a T4 run measures it
+    CPU); ``t4_minutes`` is the full profile on Colab's T4, an estimate until a T4 run measures
+    it: from counted FLOPs and operations for the chapters that train (``bench/t4_estimate.py``,
+    ``xfl.estimate``), from the full profile's time on a 2-core CPU for the others
     (``book/setup.md``). A chapter without a cpu profile runs its fast values there.
     """
     device, chosen, requested = default_device(), profile(), _profile_request()
@@ -131,8 +132,8 @@ def run_banner(fast_minutes: float, t4_minutes: float, cpu_minutes: float | None
     elif chosen == "cpu":
         expected = f"about {cpu_minutes:g} min on a 2-core CPU"
     elif device.type == "cuda":
-        expected = (f"about {t4_minutes:g} min on a T4 (estimated from counted FLOPs and operations),"
-                    " less on newer GPUs")
+        expected = f"about {t4_minutes:g} min on a T4 (an estimate: book/setup.md), less on newer GPUs"
     else:
-        expected = f"the full profile is meant for a GPU (about {t4_minutes:g} min on a T4): far longer here"
+        expected = (f"the full profile is meant for a GPU (about {t4_minutes:g} min on a T4, an estimate); "
+                    f"a CPU may take far longer")
     return f"xfl: {chosen} profile ({reason}) on {device.type}; expected run time {expected}"
