@@ -309,13 +309,12 @@ def side_by_side(result: dict) -> dict:
     book, with chapters run side by side: at least the longest chapter's (each chapter's host term
     runs on its own cores and a small model leaves the GPU idle most of a step), at most their sum
     (the GPU serialising everything). A GPU window's run measures where between."""
-    from tools.env.gpu_plan import QUEUE
+    from tools.env.gpu_plan import QUEUE, chapters_of
 
     def bounds(chapters: list[str]) -> dict:
         minutes = [result[c]["h100_minutes"] for c in chapters if c in result]
         return {"chapters": chapters, "at_least": max(minutes, default=0.0), "at_most": sum(minutes)}
-    steps = {s.name: bounds([a for a in s.argv if a[:2] == "ch" and a[2:4].isdigit()])
-             for s in QUEUE if "execute" in s.argv}
+    steps = {s.name: bounds(chapters_of(s)) for s in QUEUE if "execute" in s.argv}
     return {"queue_steps": steps, "book": bounds(list(result))}
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from tools.book.executed import toc_chapters
 from xfl.atomic_files import write_text_atomic
+from xfl.train import deadline_from_env
 
 ROOT = Path(__file__).resolve().parents[2]
 WATCHER = Path(__file__).with_name("gpu_memory_watch.py")
@@ -239,11 +240,6 @@ def execute(paths: list[str], out: Path, workers: int, deadline: float | None,
     jobs = [Job(p, "auto", "execute", profile) for p in paths]
     return run_jobs(jobs, out, workers, deadline,
                     lambda job, result: merge(out / "executed.json", ("executed", job.chapter), result, device))
-
-
-def deadline_from_env() -> float | None:
-    raw = os.environ.get("XFL_DEADLINE")
-    return float(raw) if raw else None
 
 
 def main(argv: list[str] | None = None) -> int:

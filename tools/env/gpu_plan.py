@@ -98,6 +98,11 @@ QUEUE = [
          (*CHAPTERS, "execute", TINY, "--profile", "fast", "--out", "{out}"), 7.0, ("text", "cifar")),
 ]
 BY_NAME = {step.name: step for step in QUEUE}
+
+
+def chapters_of(step: Step) -> list[str]:
+    """The chapter folders a step names (``ch05_encoder_decoder``, ...); none: every chapter."""
+    return [a for a in step.argv if a[:2] == "ch" and a[2:4].isdigit()]
 CIFAR_CALLS = {"cifar1": ("data_batch_1", "data_batch_2"), "cifar2": ("data_batch_3", "data_batch_4"),
                "cifar3": ("data_batch_5", "test_batch", "batches.meta")}
 
