@@ -19,7 +19,8 @@ Checked, in this process and without otter (so it takes seconds): the solution p
 test case of every question (the harness is sound); every graded question has at least two
 fixtures; each fixture fails every *hidden* test case of its question (it may pass a public
 sanity check); and generic no-attempt answers (the first argument echoed, zeros shaped like
-it, constants, ``raise NotImplementedError``) fail every test case of every question. The
+it, constants, ``None``, zero-size tensors that ``torch.allclose`` would pass, ``raise
+NotImplementedError``) fail every test case of every question. The
 tests are the ones ``otter assign`` puts into the autograder zip, read from the source the
 way it reads them (``tests/test_exercises.py`` checks the two agree), and every call crosses
 ``tools.grading.wire`` as it does in the grader.
@@ -168,6 +169,9 @@ NO_ATTEMPT_BODIES = {  # a no-attempt answer: the body every answer function get
     "the constant 1.0": "return 1.0",
     "an empty list": "return []",
     "raises NotImplementedError": "raise NotImplementedError",
+    "None, as an unfilled answer cell's ``...`` body returns": "return None",
+    "zero-size tensors, which broadcast into an empty comparison":
+        "return __import__('torch').zeros(0, 1, 1, 1, 1, 1, 1, 1)",
 }
 
 
