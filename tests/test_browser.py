@@ -28,6 +28,7 @@ pytestmark = pytest.mark.browser
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 VIEWPORT = {"width": 1300, "height": 860}  # a laptop; sideways scrolling checked at this width
+PHONE = {"width": 390, "height": 844}  # a phone: the page itself must not scroll sideways either
 SCREENSHOT = REPO_ROOT / "_build" / "screenshots" / "chapter.png"
 EXTRA_PAGES = ["index", "genindex", "search"]  # pages Sphinx writes besides the toc's
 TYPESET_TIMEOUT_MS = 15_000
@@ -192,6 +193,17 @@ def sideways_scrolling(page) -> list[str]:
     }""")
 
 
+def page_scrolls_sideways_at(page, viewport) -> list[str]:
+    """A complaint if, laid out at ``viewport``, the page itself is wider than the window; the
+    page is left at the laptop width again."""
+    page.set_viewport_size(viewport)
+    try:
+        extra = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    finally:
+        page.set_viewport_size(VIEWPORT)
+    return [f"the page scrolls sideways by {extra} px"] if extra > 1 else []
+
+
 def test_every_built_page_is_checked(built_book):
     built = {str(p.relative_to(built_book.html).with_suffix(""))
              for p in built_book.html.rglob("*.html") if "_static" not in p.parts}
@@ -205,6 +217,7 @@ def test_page_works_offline(tab, book_url, docname):
     found += [f"image did not load: {src}" for src in broken_images(page)]
     found += unrendered_widgets(page)
     found += sideways_scrolling(page)
+    found += [f"at phone width: {problem}" for problem in page_scrolls_sideways_at(page, PHONE)]
     page.wait_for_load_state("networkidle")
     problems = tab.problems + found
     assert not problems, "\n".join(problems)
