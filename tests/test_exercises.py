@@ -140,15 +140,15 @@ LIMIT, GRACE = 8.0, 3.0  # seconds; generous enough for a busy 2-core CI machine
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_solutions_full_library_zero(built, chapter, tmp_path):
     """Through the real grader: the solutions earn every point, and a notebook whose answers call
-    the library earns none on those questions (and every point when the library is let through,
-    so each listed function really is an answer). That unfilled answers, zero-size tensors and
-    other no-attempt answers earn nothing is a property of the hidden tests:
-    ``tests/test_wrong_answers.py`` checks it for every question in-process, and the forgeries
-    below send unfilled notebooks through the real grader."""
+    the library earns none on those questions. That those library calls do answer the questions
+    (every case passes), and that unfilled answers, zero-size tensors and other no-attempt
+    answers earn nothing, are properties of the hidden tests: ``tests/test_wrong_answers.py``
+    checks them for every question in-process; the forgeries below send unfilled notebooks
+    through the real grader, and the test after this one lets the library through."""
     student_nb, solved = read_notebooks(built, chapter)
     library = library_answer_cells(chapter)
     rows = grade(built, chapter, {"solutions": submission(student_nb, solved, {}),
-                                  "library": submission(student_nb, solved, library)}, tmp_path / "a")
+                                  "library": submission(student_nb, solved, library)}, tmp_path)
     _, questions = grader.load_autograder(paths(built, chapter)["autograder"])
     assert len(questions) >= 4, f"{chapter} has {len(questions)} graded questions, expected at least 4"
     for q in questions:
@@ -156,11 +156,19 @@ def test_solutions_full_library_zero(built, chapter, tmp_path):
         expected = 0 if q.name in library else q.points
         assert float(rows["library"][q.name]) == expected, (q.name, rows["library"])
     assert rows["solutions"]["notes"] == "", rows["solutions"]["notes"]
-    if library:
-        let_through = grade(built, chapter, {"library": submission(student_nb, solved, library)},
-                            tmp_path / "b", block_library=False)
-        for q in questions:
-            assert float(let_through["library"][q.name]) == q.points, (q.name, let_through["library"])
+
+
+def test_library_let_through_earns_every_point(built, tmp_path):
+    """With ``block_library=False`` the real grader lets chapter 1's library answers through,
+    and they earn every point: what blocks them above is the block, not the answers."""
+    student_nb, solved = read_notebooks(built, "ch01_qkv")
+    library = library_answer_cells("ch01_qkv")
+    assert library, "chapter 1 lists library answers"
+    rows = grade(built, "ch01_qkv", {"library": submission(student_nb, solved, library)}, tmp_path,
+                 block_library=False)
+    _, questions = grader.load_autograder(paths(built, "ch01_qkv")["autograder"])
+    for q in questions:
+        assert float(rows["library"][q.name]) == q.points, (q.name, rows["library"])
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

@@ -241,6 +241,20 @@ def test_wrong_answers_fail_every_hidden_case(chapter):
                 f"{name} {q.name}: {mistake!r} passes hidden cases {hidden}, expected none"
 
 
+def test_library_answers_pass_every_case(chapter):
+    """Each function ``tools.grading.library_answers`` lists really answers its question: an
+    answer cell that just calls it passes every case (the real grader blocks such calls:
+    ``tests/test_exercises.py`` checks that they earn nothing there)."""
+    from test_exercises import library_answer_cells
+
+    name, questions, ns, _ = chapter
+    cells = library_answer_cells(name)
+    for q in (q for q in questions if q.name in cells):
+        outcome = results(q, ns, cells[q.name])
+        assert outcome and all(passed for _, passed in outcome), \
+            f"{name} {q.name}: the library's answer fails {outcome}"
+
+
 @pytest.mark.parametrize("attempt", NO_ATTEMPT_BODIES)
 def test_no_attempt_earns_nothing(chapter, attempt):
     name, questions, ns, _ = chapter
