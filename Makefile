@@ -59,9 +59,12 @@ sandbox-deps: browser-deps
 	@command -v bwrap >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q bubblewrap; }
 
-# Student notebooks, autograder zips, solutions -> _build/exercises/ (fails if a solution misses a point)
+# Student notebooks, autograder zips, solutions -> _build/exercises/ (fails if a solution misses a
+# point). `make test` passes ASSIGN_FLAGS=--no-run-tests: its tests grade every solution with the
+# real grader (tests/test_exercises.py), a stricter check than otter's, so otter's is not run twice.
+ASSIGN_FLAGS ?=
 _build/exercises/.stamp: $(STAMP) $(EXERCISES) $(wildcard tools/grading/*.py)
-	$(BIN)/python -m tools.grading.exercises build
+	$(BIN)/python -m tools.grading.exercises build $(ASSIGN_FLAGS)
 	touch $@
 exercises: _build/exercises/.stamp
 
@@ -104,20 +107,22 @@ gpu-record: $(STAMP)
 # The Colab-like environment (.venv-colab, kept between runs) with this checkout's xfl installed
 # as the chapters' first cell installs it, registered as the kernel xfl-colab-like in $(RUN_DIR).
 # Colab's packages at Colab's versions (tools/env/colab-runtime.txt, torch 2.11 included, a second
-# torch download); xfl last (two builds of xfl in one tree would collide).
-colab-base: $(STAMP)
+# torch download), built beside .venv (the system Python runs it); xfl last, after .venv (two
+# builds of xfl in one tree would collide).
+colab-base:
 	$(PYTHON) -m tools.env.colab_env
 colab-env: $(STAMP) colab-base
 	$(PYTHON) -m tools.env.colab_env prepare
 
 # Everything the tests need, built side by side: both environments, npm, Chromium, exercises.
-test-setup: $(STAMP) $(VENDOR) exercise-pages browser-deps sandbox-deps colab-env
+# colab-base comes first in the list, so that under -j its download starts beside .venv's.
+test-setup: colab-base $(STAMP) $(VENDOR) exercise-pages browser-deps sandbox-deps colab-env
 
 # nbval runs each chapter once, on the Colab-like kernel, and records it under $(RUN_DIR)/executed;
 # the Colab-like checks and the book build read those records (tools/book/nbrecord.py). Longest
 # chapters first, then the book's checks, then the rest (tools/book/run_order.py).
 test:
-	$(MAKE) -j4 --output-sync=target test-setup
+	$(MAKE) -j4 --output-sync=target test-setup ASSIGN_FLAGS=--no-run-tests
 	XFL_FAST=1 OMP_NUM_THREADS=1 JUPYTER_PATH=$(CURDIR)/$(RUN_DIR)/jupyter $(BIN)/python -m pytest \
 	  -n $(JOBS) --dist loadfile -p tools.book.nbrecord --xfl-record $(RUN_DIR)/executed \
 	  --nbval-kernel-name xfl-colab-like tests --nbval-lax --nbval-cell-timeout=$(CELL_TIMEOUT) \

@@ -8,6 +8,40 @@ def alibi_backward(q, k, v, out, lse, grad_out, slope):
     distance = (rows - cols).abs()
 '''
 
+_DROPOUT_FORWARD = '''
+def dropout_attention_forward(q, k, v, p, seed):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    lse = scores.logsumexp(dim=-1)
+    keep = torch.rand(scores.shape, generator=torch.Generator().manual_seed(seed), dtype=q.dtype) >= p
+    out = (torch.exp(scores - lse[..., None]) * keep / (1 - p)) @ v
+    return out, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": p, "seed": seed}
+'''
+
+_DROPOUT_BACKWARD_HEAD = '''
+def dropout_attention_backward(saved, grad_out):
+    q, k, v, out, lse = (saved[name] for name in ("q", "k", "v", "out", "lse"))
+    scale = 1 / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) * scale
+    generator = torch.Generator().manual_seed(saved["seed"])
+    kept = (torch.rand(scores.shape, generator=generator, dtype=q.dtype) >= saved["p"]) / (1 - saved["p"])
+    probs = torch.exp(scores - lse[..., None])
+'''
+
+_DROPOUT_BACKWARD = _DROPOUT_BACKWARD_HEAD + '''
+    dv = (probs * kept).transpose(-2, -1) @ grad_out
+    ds = probs * ((grad_out @ v.transpose(-2, -1)) * kept - (grad_out * out).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
+'''
+
+_GRADS = '''
+def dropout_attention_grads(q, k, v, p, seed, grad_out):
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = SeededDropoutAttention.apply(q, k, v, p, seed)
+    saved_shapes = [tuple(t.shape) for t in out.grad_fn.saved_tensors]
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_out)
+    return out.detach(), dq, dk, dv, saved_shapes
+'''
+
 WRONG_ANSWERS: dict[str, dict[str, str]] = {
     "q1": {
         "adds the sums without rescaling them to the common maximum": '''
@@ -130,6 +164,126 @@ def longest_sequence(budget_bytes, B, H, element_size):
     dp = grad_out @ v.transpose(-2, -1)
     ds = p * (dp - (grad_out * out).sum(dim=-1, keepdim=True))
     return ds @ k, ds.transpose(-2, -1) @ q, p.transpose(-2, -1) @ grad_out, -(ds * distance).sum()
+''',
+    },
+    "q6": {
+        "keeps the mask: saved holds an L_q x L_k tensor": '''
+def dropout_attention_forward(q, k, v, p, seed):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    lse = scores.logsumexp(dim=-1)
+    keep = torch.rand(scores.shape, generator=torch.Generator().manual_seed(seed), dtype=q.dtype) >= p
+    out = (torch.exp(scores - lse[..., None]) * keep / (1 - p)) @ v
+    return out, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": p, "keep": keep}
+
+def dropout_attention_backward(saved, grad_out):
+    q, k, v, out, lse = (saved[name] for name in ("q", "k", "v", "out", "lse"))
+    scale = 1 / math.sqrt(q.shape[-1])
+    kept = saved["keep"] / (1 - saved["p"])
+    probs = torch.exp(q @ k.transpose(-2, -1) * scale - lse[..., None])
+    ds = probs * ((grad_out @ v.transpose(-2, -1)) * kept - (grad_out * out).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, (probs * kept).transpose(-2, -1) @ grad_out
+''',
+        "does not divide the kept weights by 1 - p": '''
+def dropout_attention_forward(q, k, v, p, seed):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    lse = scores.logsumexp(dim=-1)
+    keep = torch.rand(scores.shape, generator=torch.Generator().manual_seed(seed), dtype=q.dtype) >= p
+    out = (torch.exp(scores - lse[..., None]) * keep) @ v
+    return out, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": p, "seed": seed}
+''' + _DROPOUT_BACKWARD_HEAD + '''
+    kept = kept * (1 - saved["p"])
+    dv = (probs * kept).transpose(-2, -1) @ grad_out
+    ds = probs * ((grad_out @ v.transpose(-2, -1)) * kept - (grad_out * out).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
+''',
+        "D from P and dO V^T, leaving the mask out": _DROPOUT_FORWARD + _DROPOUT_BACKWARD_HEAD + '''
+    dv = (probs * kept).transpose(-2, -1) @ grad_out
+    dp = grad_out @ v.transpose(-2, -1)
+    ds = probs * (dp * kept - (probs * dp).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
+''',
+        "dV through P instead of the dropped weights": _DROPOUT_FORWARD + _DROPOUT_BACKWARD_HEAD + '''
+    dv = probs.transpose(-2, -1) @ grad_out
+    ds = probs * ((grad_out @ v.transpose(-2, -1)) * kept - (grad_out * out).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
+''',
+        "one L_q x L_k mask shared by every head": '''
+def dropout_attention_forward(q, k, v, p, seed):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    lse = scores.logsumexp(dim=-1)
+    keep = torch.rand(scores.shape[-2:], generator=torch.Generator().manual_seed(seed), dtype=q.dtype) >= p
+    out = (torch.exp(scores - lse[..., None]) * keep / (1 - p)) @ v
+    return out, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": p, "seed": seed}
+
+def dropout_attention_backward(saved, grad_out):
+    q, k, v, out, lse = (saved[name] for name in ("q", "k", "v", "out", "lse"))
+    scale = 1 / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) * scale
+    generator = torch.Generator().manual_seed(saved["seed"])
+    kept = (torch.rand(scores.shape[-2:], generator=generator, dtype=q.dtype) >= saved["p"]) / (1 - saved["p"])
+    probs = torch.exp(scores - lse[..., None])
+    dv = (probs * kept).transpose(-2, -1) @ grad_out
+    ds = probs * ((grad_out @ v.transpose(-2, -1)) * kept - (grad_out * out).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
+''',
+    },
+    "q7": {
+        "saves the mask with ctx.save_for_backward": '''
+class SeededDropoutAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, p, seed):
+        out, saved = dropout_attention_forward(q, k, v, p, seed)
+        keep = torch.rand(q.shape[:-1] + k.shape[-2:-1], generator=torch.Generator().manual_seed(seed),
+                          dtype=q.dtype) >= p
+        ctx.save_for_backward(q, k, v, out, saved["lse"], keep)
+        ctx.p, ctx.seed = p, seed
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse, keep = ctx.saved_tensors
+        saved = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": ctx.p, "seed": ctx.seed}
+        return (*dropout_attention_backward(saved, grad_out), None, None)
+''' + _GRADS,
+        "saves the weights instead of the log-sum-exp": '''
+class SeededDropoutAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, p, seed):
+        out, saved = dropout_attention_forward(q, k, v, p, seed)
+        weights = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) - saved["lse"][..., None])
+        ctx.save_for_backward(q, k, v, out, weights)
+        ctx.p, ctx.seed = p, seed
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, weights = ctx.saved_tensors
+        lse = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) - weights.log())[..., 0]
+        saved = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": ctx.p, "seed": ctx.seed}
+        return (*dropout_attention_backward(saved, grad_out), None, None)
+''' + _GRADS,
+        "backward returns no gradients for p and seed": '''
+class SeededDropoutAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, p, seed):
+        out, saved = dropout_attention_forward(q, k, v, p, seed)
+        ctx.save_for_backward(q, k, v, out, saved["lse"])
+        ctx.p, ctx.seed = p, seed
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        saved = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": ctx.p, "seed": ctx.seed}
+        return dropout_attention_backward(saved, grad_out)
+''' + _GRADS,
+        "autograd through the explicit forward, no Function": '''
+def dropout_attention_grads(q, k, v, p, seed, grad_out):
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out, saved = dropout_attention_forward(q, k, v, p, seed)
+    saved_shapes = [tuple(t.shape) for t in out.grad_fn.saved_tensors]
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_out)
+    return out.detach(), dq, dk, dv, saved_shapes
 ''',
     },
 }

@@ -110,6 +110,12 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
                "longest_sequence": [None, "xfl.tiled_attention.explicit_attention_bytes"]},
         "q5": {"alibi_backward": [None, "torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
                                   "xfl.tiled_attention.tiled_attention_backward"]},
+        "q6": {"dropout_attention_forward": [None, "torch.autograd.grad", "torch.autograd.backward",
+                                             "torch.Tensor.backward"],
+               "dropout_attention_backward": [None, "torch.autograd.grad", "torch.autograd.backward",
+                                              "torch.Tensor.backward",
+                                              "xfl.tiled_attention.tiled_attention_backward"]},
+        "q7": {"dropout_attention_grads": [None, "xfl.tiled_attention.tiled_attention_recomputing"]},
     },
     "ch04b_subwords": {  # questions 2 to 4 ask for more than xfl.bpe returns
         "q1": {"count_pairs": [
