@@ -49,6 +49,14 @@ def test_dry_run_of_the_whole_queue_stops_at_the_deadline_then_finishes(tmp_path
         gpu_plan.record(tmp_path / "call2", tmp_path / "results", tmp_path / "state.json")
 
 
+def test_a_dry_run_without_state_keeps_its_state_beside_its_output(tmp_path):
+    before = gpu_plan.STATE.read_bytes()
+    gpu_plan.main(["window", "--dry-run", "--out", str(tmp_path / "call"), "--data", str(tmp_path),
+                   "--call-seconds", str(gpu_plan.MARGIN_S + 0.5)])
+    assert gpu_plan.STATE.read_bytes() == before
+    assert json.loads((tmp_path / "gpu_queue.json").read_text())["steps"]["gpu_check"]["dry_run"]
+
+
 def test_the_queue_covers_the_book_and_each_window_fits_the_device_time():
     check = gpu_plan.BY_NAME["gpu_check"].argv
     assert "--t4-path" in check and gpu_plan.chapters_of(gpu_plan.BY_NAME["gpu_check"]) == []  # every chapter

@@ -340,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("stage", help="build/carry/ from ../shared/data")
     go = commands.add_parser("window", help="one call of the queue (on the GPU machine)")
     go.add_argument("--out", type=Path, required=True, help="where results go ($OUT on the device)")
-    go.add_argument("--state", type=Path, default=STATE, help=f"the queue's state (default {STATE})")
+    go.add_argument("--state", type=Path, help=f"the queue's state (default {STATE}; a dry run's: "
+                                                "gpu_queue.json beside --out, never the repository's)")
     go.add_argument("--call-seconds", type=float, default=CALL_S, help=f"this call's length ({CALL_S})")
     go.add_argument("--dry-run", action="store_true", help="every step's tiny variant, on the CPU")
     go.add_argument("--data", type=Path, default=TMP / "data", help="the data mirror (default /tmp/data)")
@@ -372,8 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run:
         install(ROOT / "build" / "wheels", args.site, ROOT / "build" / "carry" / "text", args.data)
     python = sys.executable if args.dry_run else PY
+    state_path = args.state or (args.out.parent / "gpu_queue.json" if args.dry_run else STATE)
     path = os.pathsep.join(filter(None, [str(args.site), str(ROOT), os.environ.get("PYTHONPATH")]))
-    state = run_window(args.out, args.state, args.call_seconds, args.dry_run, args.data, python,
+    state = run_window(args.out, state_path, args.call_seconds, args.dry_run, args.data, python,
                        {"PYTHONPATH": path})
     return 1 if any(s.get("status") == "failed" for s in state["steps"].values()) else 0
 
