@@ -124,7 +124,7 @@ def grade(built: Path, chapter: str, notebooks: dict[str, nbformat.NotebookNode]
     output = tmp / "grades" / "grades.csv"
     output.parent.mkdir()
     grader.grade_folder(paths(built, chapter)["autograder"], folder, output, limit=LIMIT, grace=GRACE,
-                         jobs=2, block_library=block_library)
+                         jobs=1, block_library=block_library)  # one judge: its start-up is paid once
     with open(output) as f:
         return {row["student"]: row for row in csv.DictReader(f)}
 

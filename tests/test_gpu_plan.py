@@ -15,13 +15,15 @@ from tools.book.executed import ROOT, toc_chapters
 
 
 def window(tmp_path, out, *extra):
-    return gpu_plan.main(["window", "--dry-run", "--out", str(tmp_path / out), "--state",
-                          str(tmp_path / "gpu_queue.json"), "--data", os.environ["XFL_DATA_MIRROR"], *extra])
+    """A dry-run call; its state goes to tmp_path / gpu_queue.json (beside --out), never the repository's."""
+    return gpu_plan.main(["window", "--dry-run", "--out", str(tmp_path / out), "--data",
+                          os.environ["XFL_DATA_MIRROR"], *extra])
 
 
 def test_dry_run_of_the_whole_queue_stops_at_the_deadline_then_finishes(tmp_path):
     if not os.environ.get("XFL_DATA_MIRROR"):
         pytest.skip("XFL_DATA_MIRROR is not set (CI points it at ../shared/data)")
+    repository_state = gpu_plan.STATE.read_bytes()
     # call 1: the deadline passes before the first step's notebook can run: it is to be resumed
     assert window(tmp_path, "call1", "--call-seconds", str(gpu_plan.MARGIN_S + 0.5)) == 0
     state = json.loads((tmp_path / "call1" / "gpu_queue.json").read_text())
@@ -45,16 +47,9 @@ def test_dry_run_of_the_whole_queue_stops_at_the_deadline_then_finishes(tmp_path
     assert window(tmp_path, "call3") == 0
     assert [p.name for p in (tmp_path / "call3").iterdir()] == ["gpu_queue.json"]
     # a dry run is never recorded into the repository
+    assert gpu_plan.STATE.read_bytes() == repository_state
     with pytest.raises(SystemExit, match="records a dry run"):
         gpu_plan.record(tmp_path / "call2", tmp_path / "results", tmp_path / "state.json")
-
-
-def test_a_dry_run_without_state_keeps_its_state_beside_its_output(tmp_path):
-    before = gpu_plan.STATE.read_bytes()
-    gpu_plan.main(["window", "--dry-run", "--out", str(tmp_path / "call"), "--data", str(tmp_path),
-                   "--call-seconds", str(gpu_plan.MARGIN_S + 0.5)])
-    assert gpu_plan.STATE.read_bytes() == before
-    assert json.loads((tmp_path / "gpu_queue.json").read_text())["steps"]["gpu_check"]["dry_run"]
 
 
 def test_the_queue_covers_the_book_and_each_window_fits_the_device_time():

@@ -325,3 +325,35 @@ def test_rope_tables_are_cached_and_equal_the_angles():
     leaf = torch.randn(5, 32, requires_grad=True)
     apply_rope(leaf, start=3).sum().backward()
     assert leaf.grad is not None and leaf.grad.shape == (5, 32)
+
+
+def test_rope_scale_interpolates_positions():
+    """Position m read with scale s gets the angles of m / s: every s-th row of a constant
+    vector equals the unscaled rotation one row on; scale 1 is the plain (cached) table."""
+    v = torch.randn(16, dtype=torch.float64)
+    stretched = apply_rope(v.expand(12, 16), start=0, scale=4.0)  # positions 0, 1/4, 2/4, ...
+    torch.testing.assert_close(stretched[::4], apply_rope(v.expand(3, 16), start=0), rtol=0, atol=1e-12)
+    assert not torch.allclose(stretched[1], apply_rope(v.expand(2, 16))[1])  # 1/4 is not 1
+    x = torch.randn(2, 5, 16)
+    assert torch.equal(apply_rope(x, start=3, scale=1.0), apply_rope(x, start=3))
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        apply_rope(x, scale=0.0)
+
+
+def test_rope_stretched_reads_longer_windows_then_restores_the_model():
+    from xfl.ablation import rope_stretched
+    model, tokens = small_gpt(positions="rope").eval(), torch.randint(1, 13, (2, 20))
+    before = model(tokens)
+    with torch.no_grad(), rope_stretched(model, scale=1.0):
+        torch.testing.assert_close(model(tokens), before, rtol=0, atol=0)  # scale 1: nothing moves
+    with torch.no_grad(), rope_stretched(model, scale=4.0):
+        assert not torch.allclose(model(tokens)[:, 1:], before[:, 1:], atol=1e-4)  # positions moved
+    with torch.no_grad(), rope_stretched(model, base=40000.0):
+        assert not torch.allclose(model(tokens)[:, 1:], before[:, 1:], atol=1e-4)
+    with pytest.raises(RuntimeError), rope_stretched(model, scale=2.0):
+        raise RuntimeError("an error inside the block")
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert all(m.rope_scale == 1.0 and m.rope_base == 10000.0 for m in layers)  # restored
+    torch.testing.assert_close(model(tokens), before, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="no rotary positions"), rope_stretched(small_gpt(), scale=2.0):
+        pass

@@ -14,7 +14,8 @@ import math
 import random
 import statistics
 import unicodedata
-from dataclasses import dataclass, field, replace
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
@@ -249,10 +250,46 @@ def beyond_training_length(result: dict, length: int) -> dict[str, dict]:
     """From ``result["per_position"]``: the mean bits at positions L..2L-1 and at 2L..4L-1, each
     paired by seed (``paired``) against positions L/2..L-1 (inside the training length, with
     long contexts already); 'worse' means the loss rises beyond L."""
-    span = lambda lo, hi: {"bits": [statistics.fmean(p[lo:hi]) for p in result["per_position"]]}
-    inside = span(length // 2, length)
-    return {"L..2L": paired(span(length, 2 * length), inside),
-            "2L..4L": paired(span(2 * length, 4 * length), inside)}
+    inside = span_bits(result, length // 2, length)
+    return {"L..2L": paired(span_bits(result, length, 2 * length), inside),
+            "2L..4L": paired(span_bits(result, 2 * length, 4 * length), inside)}
+
+
+@contextmanager
+def rope_stretched(model: GPT, scale: float = 1.0, base: float | None = None):
+    """Inside the block, ``model``'s RoPE layers divide every position by ``scale`` (position
+    interpolation, Chen et al., 2023: positions up to scale · L land on the angles training saw)
+    and, when ``base`` is given, rotate with that base instead of their own; restored on exit.
+    Nothing is retrained."""
+    layers = [m for m in model.modules() if getattr(m, "rope_base", None) is not None]
+    if not layers:
+        raise ValueError("the model has no rotary positions (GPTConfig positions='rope')")
+    if not scale > 0 or (base is not None and not base > 1):
+        raise ValueError(f"need scale > 0 and base > 1 (or None), got scale={scale!r}, base={base!r}")
+    saved = [(m.rope_base, m.rope_scale) for m in layers]
+    for m in layers:
+        m.rope_scale, m.rope_base = scale, m.rope_base if base is None else base
+    try:
+        yield model
+    finally:
+        for m, (old_base, old_scale) in zip(layers, saved):
+            m.rope_base, m.rope_scale = old_base, old_scale
+
+
+def stretched_profiles(models: list[GPT], streams: CharStreams, recipe: Recipe, factor: int = 4,
+                       **stretch) -> list[list[float]]:
+    """``position_profiles`` on windows of ``factor`` · length, each model read inside
+    ``rope_stretched(model, **stretch)``."""
+    profiles = []
+    for model in models:
+        with rope_stretched(model, **stretch):
+            profiles += position_profiles([model], streams, recipe, factor)
+    return profiles
+
+
+def span_bits(result: dict, lo: int, hi: int) -> dict:
+    """Per seed, the mean of ``result["per_position"]`` over positions lo..hi-1: {"bits": [...]}."""
+    return {"bits": [statistics.fmean(p[lo:hi]) for p in result["per_position"]]}
 
 
 def learned_table_rms(model: GPT, length: int) -> dict[str, float]:

@@ -248,6 +248,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = d_model // num_heads
         self.num_kv_heads = _check_kv_heads(num_heads, num_kv_heads)
         self.rope_base = _check_rope(self.head_dim, rope_base)
+        self.rope_scale = 1.0  # > 1: position interpolation, set to read windows longer than trained
         kv_dim = self.num_kv_heads * self.head_dim
         self.splits = (d_model, kv_dim, kv_dim)
         self.in_proj = nn.Linear(d_model, sum(self.splits), bias=bias)  # [W_Q; W_K; W_V]
@@ -306,7 +307,7 @@ class MultiHeadAttention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_base is not None and start is not None:
-            q, k = apply_rope(q, start, self.rope_base), apply_rope(k, start, self.rope_base)
+            q, k = (apply_rope(x, start, self.rope_base, self.rope_scale) for x in (q, k))
         return q, k
 
     def project_one(self, x: Tensor, which: int) -> Tensor:

@@ -53,41 +53,46 @@ def offset_rotation(k: int, d_model: int, base: float = 10000.0) -> Tensor:
 
 
 def rope_angles(start: int, length: int, head_dim: int, base: float = 10000.0,
-                device=None) -> Tensor:
-    """``(length, head_dim/2)`` float64 angles m·ω_i for positions m = start .. start+length-1."""
+                device=None, scale: float = 1.0) -> Tensor:
+    """``(length, head_dim/2)`` float64 angles (m / scale)·ω_i for positions m = start .. start+length-1.
+    ``scale`` > 1 is position interpolation (Chen et al., 2023): positions up to scale·L land
+    on the angles of positions up to L."""
     if head_dim % 2:
         raise ValueError(f"rotary positions need an even head dimension, got {head_dim}")
+    if not scale > 0:
+        raise ValueError(f"scale must be > 0, got {scale!r}")
     omega = frequencies(head_dim, base, torch.float64).to(device)  # (d/2,)
-    positions = torch.arange(start, start + length, dtype=torch.float64, device=device)  # (L,)
+    positions = torch.arange(start, start + length, dtype=torch.float64, device=device) / scale  # (L,)
     return positions[:, None] * omega
 
 
 @functools.lru_cache(maxsize=32)
-def _rope_table(positions: int, head_dim: int, base: float, device: torch.device,
+def _rope_table(positions: int, head_dim: int, base: float, scale: float, device: torch.device,
                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """cos and sin ``(positions, head_dim/2)`` of the angles of positions 0.. (computed once)."""
     with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable under autograd
-        angles = rope_angles(0, positions, head_dim, base, device)
+        angles = rope_angles(0, positions, head_dim, base, device, scale)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def rope_cos_sin(start: int, length: int, head_dim: int, base: float, device: torch.device,
-                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+                 dtype: torch.dtype, scale: float = 1.0) -> tuple[Tensor, Tensor]:
     """cos and sin ``(length, head_dim/2)`` of ``rope_angles``, sliced from a table cached per
-    (size, device, dtype), as nanochat and Llama precompute them; computed afresh under
-    ``torch.compile`` (which folds them into the graph)."""
+    (size, base, scale, device, dtype), as nanochat and Llama precompute them; computed afresh
+    under ``torch.compile`` (which folds them into the graph)."""
     if torch.compiler.is_compiling():
-        angles = rope_angles(start, length, head_dim, base, device)
+        angles = rope_angles(start, length, head_dim, base, device, scale)
         return angles.cos().to(dtype), angles.sin().to(dtype)
     size = 1 << max(start + length - 1, 1).bit_length()  # a power of two >= start + length
-    cos, sin = _rope_table(size, head_dim, float(base), torch.device(device), dtype)
+    cos, sin = _rope_table(size, head_dim, float(base), float(scale), torch.device(device), dtype)
     return cos[start:start + length], sin[start:start + length]
 
 
-def apply_rope(x: Tensor, start: int = 0, base: float = 10000.0) -> Tensor:
-    """Rotate the pairs (2i, 2i+1) of ``x (..., L, d)`` at positions start.. by m·ω_i: ``(..., L, d)``."""
+def apply_rope(x: Tensor, start: int = 0, base: float = 10000.0, scale: float = 1.0) -> Tensor:
+    """Rotate the pairs (2i, 2i+1) of ``x (..., L, d)`` at positions start.. by (m / scale)·ω_i:
+    ``(..., L, d)``."""
     if x.shape[-1] % 2:
         raise ValueError(f"rotary positions need an even head dimension, got {x.shape[-1]}")
-    cos, sin = rope_cos_sin(start, x.shape[-2], x.shape[-1], base, x.device, x.dtype)  # (L, d/2)
+    cos, sin = rope_cos_sin(start, x.shape[-2], x.shape[-1], base, x.device, x.dtype, scale)  # (L, d/2)
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)

@@ -223,6 +223,7 @@ def run_window(out: Path, state_path: Path, call_s: float, dry_run: bool, data: 
     out.mkdir(parents=True, exist_ok=True)
     state = read_state(state_path)
     checkpoints = TMP / "xfl-gpu-queue" / "checkpoints" if not dry_run else out.parent / "checkpoints"
+    dry_outcomes = {}  # a dry run's commands already run in this call (the chapter steps share one)
     for number, step in enumerate(pending(state)):
         left = deadline - time.time()
         too_long = number and not dry_run and step.minutes * 60 > left  # the first step always starts
@@ -232,11 +233,16 @@ def run_window(out: Path, state_path: Path, call_s: float, dry_run: bool, data: 
         problem = missing_data(step, data)
         start = time.time()
         print(f"[queue] {step.name} (issue {step.issue}): start", flush=True)
+        command = tuple(step.command(out, dry_run, python))
         if problem:
             record["status"], tail = "failed", problem
+        elif command in dry_outcomes:
+            record["status"], tail = dry_outcomes[command], "the same dry-run command as an earlier step"
         else:
             record["status"], tail = run_step(step, out, checkpoints, deadline, dry_run, python,
                                               {**(env or {}), "XFL_DATA_MIRROR": str(data)})
+            if dry_run and record["status"] == "done":
+                dry_outcomes[command] = "done"
         record.update(seconds=round(record["seconds"] + time.time() - start, 1), calls=record["calls"] + 1,
                       date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), device=device(),
                       dry_run=dry_run, tail=tail[-1500:] if record["status"] != "done" else "")
