@@ -50,6 +50,25 @@ SPHINX_PROBLEM = re.compile(r"\b(WARNING|ERROR|CRITICAL):")
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def exercises_build(tmp_path_factory) -> Path:
+    """The exercises `make exercises` built (``_build/exercises``) when its stamp is newer than
+    every source and every grading tool; else every chapter built now, into a temporary folder
+    (``otter assign`` without its own test run: the tests grade the solutions themselves)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tools.grading import exercises
+
+    built, sources = REPO_ROOT / "_build" / "exercises", exercises.sources(REPO_ROOT)
+    stamp = built / ".stamp"
+    inputs = [*sources, *(REPO_ROOT / "tools" / "grading").glob("*.py")]
+    if stamp.exists() and all(p.stat().st_mtime < stamp.stat().st_mtime for p in inputs):
+        return built
+    out = tmp_path_factory.mktemp("exercises")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda s: exercises.build_chapter(s, out, run_tests=False), sources))
+    return out
+
+
 def load_config() -> dict:
     """The book's `_config.yml` as a dict."""
     return yaml.safe_load((REPO_ROOT / "_config.yml").read_text(encoding="utf-8"))

@@ -8,32 +8,24 @@ prepared; run on its own, this file builds and prepares them itself.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, exercises_build
 from tools.grading import exercises
 
 SOURCES = exercises.sources(REPO_ROOT)
-BUILT = REPO_ROOT / "_build" / "exercises"
 CHECK_TIMEOUT_S = 300
 PASSED = "{} results: All test cases passed!"
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    """The exercises `make exercises` built, when they are newer than every source; else built now."""
-    stamp = BUILT / ".stamp"
-    if stamp.exists() and all(s.stat().st_mtime < stamp.stat().st_mtime for s in SOURCES):
-        return BUILT
-    out = tmp_path_factory.mktemp("exercises")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(lambda s: exercises.build_chapter(s, out, run_tests=False), SOURCES))
-    return out
+    """The exercises `make exercises` built, when fresh; else built now (``conftest.exercises_build``)."""
+    return exercises_build(tmp_path_factory)
 
 
 def solved_student_notebook(built: Path, chapter: str) -> nbformat.NotebookNode:

@@ -15,7 +15,6 @@ import json
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jupytext
@@ -26,6 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from conftest import exercises_build  # noqa: E402
 from tools.grading import exercises, grader  # noqa: E402
 from tools.grading.library_answers import LIBRARY_ANSWERS  # noqa: E402
 
@@ -41,11 +41,8 @@ def test_every_chapter_has_exercises():
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory) -> Path:
-    """Every chapter built once (otter assign without its own test run; the tests below run them)."""
-    out = tmp_path_factory.mktemp("exercises")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(lambda s: exercises.build_chapter(s, out, run_tests=False), SOURCES))
-    return out
+    """Every chapter built once (``conftest.exercises_build``; the tests below grade the solutions)."""
+    return exercises_build(tmp_path_factory)
 
 
 def paths(built: Path, chapter: str) -> dict[str, Path]:
