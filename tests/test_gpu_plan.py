@@ -59,7 +59,8 @@ def test_the_queue_covers_the_book_and_each_window_fits_the_device_time():
     training = {"ch05_encoder_decoder", "ch06_bleu", "ch07_vit", "ch09_gpt", "ch10_modern"}
     assert training <= set(executed) and len(executed) == len(set(executed))
     assert set(executed) <= {Path(p).parts[1] for p in toc_chapters()}
-    assert [s.issue for s in gpu_plan.QUEUE] == sorted(s.issue for s in gpu_plan.QUEUE)  # 44 first
+    order = [gpu_plan.PRIORITY.index(s.issue) for s in gpu_plan.QUEUE]
+    assert order == sorted(order) and gpu_plan.QUEUE[0].issue == 44  # 44 first, then by priority
     for group in gpu_plan.windows(gpu_plan.QUEUE):
         assert gpu_plan.window_minutes(group) <= gpu_plan.WINDOW_MINUTES < 15
         assert sum(s.minutes for s in group) * 60 <= gpu_plan.CALL_S - gpu_plan.MARGIN_S

@@ -96,7 +96,11 @@ QUEUE = [
          (*CHAPTERS, "execute", TINY, "--profile", "fast", "--out", "{out}"), 6.5),
     Step("vision_chapters", 51, (*CHAPTERS, "execute", "ch00_data", "ch07_vit", "ch08_pixel", "--out", "{out}"),
          (*CHAPTERS, "execute", TINY, "--profile", "fast", "--out", "{out}"), 7.0, ("text", "cifar")),
+    # issue 47: chapter 11's full profile on the GPU (SDPA's kernels in bf16, up to 16k tokens), stored
+    Step("attention_chapter", 47, (*CHAPTERS, "execute", "ch11_attention_at_scale", "--out", "{out}"),
+         (*CHAPTERS, "execute", TINY, "--profile", "fast", "--out", "{out}"), 3.0),
 ]
+PRIORITY = (44, 49, 50, 51, 47)  # the queue's order: issues 44, 49, 50 and 51 first, as they ask
 BY_NAME = {step.name: step for step in QUEUE}
 
 
