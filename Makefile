@@ -82,10 +82,12 @@ grade: exercises sandbox-deps
 sync: $(STAMP)
 	$(BIN)/jupytext --sync $(CHAPTERS_MD)
 
+# --all: every page is read and executed again. Without it, a build after a failed one (no data
+# mirror offline, say) re-read only changed pages and passed, rendering the old errors.
 book: $(STAMP) $(if $(NPM),$(VENDOR)) exercise-pages
 	@$(if $(NPM),,echo "npm not found: the book will load MathJax and the widget scripts from their CDNs (online only).")
 	$(PROFILE_ENV) $(BIN)/python -m tools.book.config --assets $(ASSETS) -o _build/book_config.yml
-	$(PROFILE_ENV) $(BIN)/jupyter-book build -W -n --keep-going --config _build/book_config.yml .
+	$(PROFILE_ENV) $(BIN)/jupyter-book build -W -n --keep-going --all --config _build/book_config.yml .
 	@echo "Open _build/html/index.html"
 
 # Wheels the lent GPU machine lacks (its Python 3.12, no internet) -> build/wheels/; see DEVELOPERS.md
