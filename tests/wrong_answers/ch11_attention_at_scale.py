@@ -33,6 +33,10 @@ _DROPOUT_BACKWARD = _DROPOUT_BACKWARD_HEAD + '''
     return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
 '''
 
+_SAVED_TO_BACKWARD = '''        saved = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": ctx.p, "seed": ctx.seed}
+        return (*dropout_attention_backward(saved, grad_out), None, None)
+'''  # the end of a Function's backward: q, k, v, out, lse rebuilt into question 6's dict
+
 _GRADS = '''
 def dropout_attention_grads(q, k, v, p, seed, grad_out):
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
@@ -242,9 +246,7 @@ class SeededDropoutAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse, keep = ctx.saved_tensors
-        saved = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": ctx.p, "seed": ctx.seed}
-        return (*dropout_attention_backward(saved, grad_out), None, None)
-''' + _GRADS,
+''' + _SAVED_TO_BACKWARD + _GRADS,
         "saves the weights instead of the log-sum-exp": '''
 class SeededDropoutAttention(torch.autograd.Function):
     @staticmethod
@@ -259,9 +261,7 @@ class SeededDropoutAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, out, weights = ctx.saved_tensors
         lse = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) - weights.log())[..., 0]
-        saved = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": ctx.p, "seed": ctx.seed}
-        return (*dropout_attention_backward(saved, grad_out), None, None)
-''' + _GRADS,
+''' + _SAVED_TO_BACKWARD + _GRADS,
         "backward returns no gradients for p and seed": '''
 class SeededDropoutAttention(torch.autograd.Function):
     @staticmethod
