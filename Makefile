@@ -31,6 +31,9 @@ PROFILE_ENV := $(if $(XFL_PROFILE),XFL_PROFILE=$(XFL_PROFILE) XFL_FAST=,XFL_FAST
 RUN_DIR := _build/test-run
 .PHONY: book test test-setup colab-base colab-env sync vendor browser-deps exercises exercise-pages grade bench-translate bench-timings bench-vit bench-bpe bench-decode bench-modern clean
 
+# pip compiles every installed module to bytecode (about 50 s of CPU per environment); keep it:
+# these machines set PYTHONDONTWRITEBYTECODE=1, so with --no-compile every process compiled torch
+# from source again (tried 2026-11-27: CI took 1338 s instead of about 950 s).
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

@@ -1,6 +1,7 @@
 """xfl.train: schedule, loss without padding, exact resumption, atomic and safe checkpoints,
 no host synchronisation inside a step, the evaluation callback, DDP for text and images."""
 
+import itertools
 import json
 import os
 import shutil
@@ -44,6 +45,27 @@ def test_padding_carries_no_loss():
     loss_b, n_b = seq2seq_loss(model, (src, more_pad), label_smoothing=0.1)
     assert int(n_a) == int(n_b) == int((tgt[:, 1:] != PAD).sum())
     torch.testing.assert_close(loss_a, loss_b)
+
+
+def test_the_cpu_step_updates_all_tensors_at_once_with_the_per_tensor_numbers():
+    """``make_optimizer`` on the CPU takes AdamW's multi-tensor step, and ``train_step`` clips all
+    gradients at once: bit for bit what the per-tensor loop and clip give, step after step."""
+    models = [copy_model(seed=3, dropout=0.0) for _ in range(2)]
+    config = TrainConfig(lr=3e-3, weight_decay=0.01)
+    fast = T.make_optimizer(models[0], config)
+    plain = torch.optim.AdamW(T.parameter_groups(models[1], config.weight_decay), lr=config.lr,
+                              betas=tuple(config.betas), eps=config.eps, foreach=False)
+    assert fast.defaults["foreach"] and not fast.defaults["fused"]
+    batches = copy_batches(copy_pairs(32, seed=4), 8, 0)
+    for batch in itertools.islice(batches, 4):
+        *_, norm = T.train_step(models[0], seq2seq_loss, batch, fast, torch.amp.GradScaler("cpu", enabled=False),
+                                T.choose_precision("cpu"), clip_norm=0.05)
+        plain.zero_grad(set_to_none=True)
+        seq2seq_loss(models[1], batch)[0].backward()
+        assert torch.equal(torch.nn.utils.clip_grad_norm_(models[1].parameters(), 0.05, foreach=False), norm)
+        assert norm > 0.05  # so the step clipped
+        plain.step()
+        assert all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters()))
 
 
 def run(tmp_path, steps, name="ckpt.pt", loss=partial(seq2seq_loss, label_smoothing=0.1), **overrides):
