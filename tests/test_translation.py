@@ -139,7 +139,7 @@ def test_choose_weights_keeps_whichever_scores_higher_on_validation():
     scores = choice["valid_bleu"]
     expected = before if scores["final"] >= scores["averaged"] else other.state_dict()
     assert choice["weights"] == max(scores, key=scores.get) and choice["chosen_on"] == "valid"
-    assert choice["averaged_last"] == 1  # chapter 6 prints it; its fast and cpu runs keep the healthy run
+    assert choice["averaged_last"] == 1  # chapter 6 prints it, in a branch its fast and cpu runs do not take
     assert all(torch.equal(model.state_dict()[k], expected[k]) for k in expected)
     assert scores["averaged"] == pytest.approx(heldout_bleu(other, task, beam_size=1, split="valid")["bleu"])
 
