@@ -31,13 +31,15 @@ PROFILE_ENV := $(if $(XFL_PROFILE),XFL_PROFILE=$(XFL_PROFILE) XFL_FAST=,XFL_FAST
 RUN_DIR := _build/test-run
 .PHONY: book test test-setup colab-base colab-env sync vendor browser-deps exercises exercise-pages grade bench-translate bench-timings bench-vit bench-bpe bench-decode bench-modern clean
 
-# pip compiles every installed module to bytecode (about 50 s of CPU per environment); keep it:
-# these machines set PYTHONDONTWRITEBYTECODE=1, so with --no-compile every process compiled torch
-# from source again (tried 2026-11-27: CI took 1338 s instead of about 950 s).
+# Bytecode is written by the first process that imports a module, not by pip: compiling all of an
+# environment's 16,000 modules costs about 50 s of CPU, and the tests import a fraction of them.
+# These machines set PYTHONDONTWRITEBYTECODE=1; with it and --no-compile, every process compiled
+# torch from source again (tried 2026-11-27: CI took 1338 s instead of about 950 s), hence:
+unexport PYTHONDONTWRITEBYTECODE
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements-dev.txt -e .
+	$(BIN)/python -m pip install -q --no-compile --upgrade pip
+	$(BIN)/python -m pip install -q --no-compile -r requirements-dev.txt -e .
 	touch $@
 
 # MathJax, RequireJS and the widget manager are served by the book itself (offline).

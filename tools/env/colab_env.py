@@ -143,11 +143,11 @@ def ensure_preinstalled(env: Path = DEFAULT_ENV) -> Path:
     venv.EnvBuilder(clear=True, with_pip=True).create(env)
     chosen, deviations = public_releases(pins)
     try:
-        _pip(env, "install", "-q", *(f"{n}=={v}" for n, v in chosen.items()))
+        _pip(env, "install", "-q", "--no-compile", *(f"{n}=={v}" for n, v in chosen.items()))
     except subprocess.CalledProcessError:  # some release does not install here: find which
         chosen, stood_in = stand_ins(env, chosen)
         deviations += stood_in
-        _pip(env, "install", "-q", *(f"{n}=={v}" for n, v in chosen.items()))
+        _pip(env, "install", "-q", "--no-compile", *(f"{n}=={v}" for n, v in chosen.items()))
     missing = check_against_list(installed_versions(env), chosen)
     if missing:
         raise RuntimeError(f"the Colab-like environment differs from {RUNTIME_LIST.name}: {missing}")
