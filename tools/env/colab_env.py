@@ -142,7 +142,7 @@ def ensure_preinstalled(env: Path = DEFAULT_ENV) -> Path:
     stamp.unlink(missing_ok=True)  # a half-built environment is never taken for a finished one
     venv.EnvBuilder(clear=True, with_pip=True).create(env)
     chosen, deviations = public_releases(pins)
-    try:
+    try:  # no bytecode from pip: the first import writes it (the Makefile says why)
         _pip(env, "install", "-q", "--no-compile", *(f"{n}=={v}" for n, v in chosen.items()))
     except subprocess.CalledProcessError:  # some release does not install here: find which
         chosen, stood_in = stand_ins(env, chosen)
