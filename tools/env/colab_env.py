@@ -131,6 +131,12 @@ def check_against_list(installed: dict[str, str], chosen: dict[str, str]) -> dic
     return {n: (v, have.get(n)) for n, v in chosen.items() if have.get(n, "").split("+")[0] != v}
 
 
+def _install_pinned(env: Path, chosen: dict[str, str]) -> None:
+    """``pip install name==version ...`` into ``env``, without bytecode: the first import writes it
+    (the Makefile says why)."""
+    _pip(env, "install", "-q", "--no-compile", *(f"{n}=={v}" for n, v in chosen.items()))
+
+
 def ensure_preinstalled(env: Path = DEFAULT_ENV) -> Path:
     """Create ``env`` with Colab's preinstalled packages (:data:`RUNTIME_LIST`) unless it already
     holds exactly them; print the deviations."""
@@ -142,12 +148,12 @@ def ensure_preinstalled(env: Path = DEFAULT_ENV) -> Path:
     stamp.unlink(missing_ok=True)  # a half-built environment is never taken for a finished one
     venv.EnvBuilder(clear=True, with_pip=True).create(env)
     chosen, deviations = public_releases(pins)
-    try:  # no bytecode from pip: the first import writes it (the Makefile says why)
-        _pip(env, "install", "-q", "--no-compile", *(f"{n}=={v}" for n, v in chosen.items()))
+    try:
+        _install_pinned(env, chosen)
     except subprocess.CalledProcessError:  # some release does not install here: find which
         chosen, stood_in = stand_ins(env, chosen)
         deviations += stood_in
-        _pip(env, "install", "-q", "--no-compile", *(f"{n}=={v}" for n, v in chosen.items()))
+        _install_pinned(env, chosen)
     missing = check_against_list(installed_versions(env), chosen)
     if missing:
         raise RuntimeError(f"the Colab-like environment differs from {RUNTIME_LIST.name}: {missing}")
