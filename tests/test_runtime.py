@@ -32,16 +32,74 @@ def test_unset_profile_follows_the_device(monkeypatch, value, device, fast):
     assert runtime.fast_profile() is fast
 
 
+VERSION = "0.1.0+g0123456789ab"  # xfl.version.describe, pinned for the exact banners below
+
+
+def pin_version(monkeypatch, chapter: str = "elsewhere") -> None:
+    """Fix the version the banner names and the chapter it thinks it runs (XFL_CHAPTER)."""
+    monkeypatch.setattr("xfl.version.describe", lambda: VERSION)
+    monkeypatch.setenv("XFL_CHAPTER", chapter)
+
+
 @pytest.mark.parametrize("value, device, expected", [
-    (None, "cpu", "xfl: fast profile (no CUDA GPU) on cpu; expected run time about 2 min on a 2-core CPU"),
+    (None, "cpu", f"xfl: fast profile (no CUDA GPU) on cpu; {runtime.NO_GPU_HINT}; expected run time "
+                  f"about 2 min on a 2-core CPU; xfl {VERSION}"),
     (None, "cuda", "xfl: full profile (CUDA GPU found) on cuda; expected run time about 15 min on a T4 "
-                   "(an estimate: book/setup.md), less on newer GPUs"),
-    ("1", "cuda", "xfl: fast profile (XFL_FAST=1) on cuda; expected run time about 2 min on a 2-core CPU"),
+                   f"(an estimate: book/setup.md), less on newer GPUs; xfl {VERSION}"),
+    ("1", "cuda", f"xfl: fast profile (XFL_FAST=1) on cuda; expected run time about 2 min on a 2-core CPU; xfl {VERSION}"),
+    ("1", "cpu", f"xfl: fast profile (XFL_FAST=1) on cpu; expected run time about 2 min on a 2-core CPU; xfl {VERSION}"),
     ("0", "cpu", "xfl: full profile (XFL_FAST=0) on cpu; expected run time the full profile is meant for "
-                 "a GPU (about 15 min on a T4, an estimate); a CPU may take far longer")])
-def test_run_banner_names_profile_device_and_time(monkeypatch, value, device, expected):
+                 f"a GPU (about 15 min on a T4 (an estimate: book/setup.md)); a CPU may take far longer; xfl {VERSION}")])
+def test_run_banner_names_profile_device_time_and_version(monkeypatch, value, device, expected):
     on_device(monkeypatch, device, xfl_fast=value)
+    pin_version(monkeypatch)
     assert runtime.run_banner(fast_minutes=2, t4_minutes=15) == expected
+
+
+def test_on_a_cpu_the_first_line_says_no_gpu_how_to_get_one_and_what_is_missing(monkeypatch):
+    """A Colab runtime without a GPU: one line, naming the menu path to a T4 and what the fast
+    profile leaves out; the stored-run parser still reads its profile and device."""
+    from tools.book.executed import BANNER
+
+    on_device(monkeypatch, "cpu", xfl_fast=None)
+    line = runtime.run_banner(fast_minutes=3, t4_minutes=15, cpu_minutes=8.5)
+    assert "\n" not in line and "no GPU found" in line
+    assert "Runtime → Change runtime type → T4 GPU" in line and "not the trained results" in line
+    assert BANNER.match(line).groupdict() == {"profile": "fast", "reason": "no CUDA GPU", "device": "cpu"}
+
+
+@pytest.mark.parametrize("chapter, expected", [
+    ("ch05_encoder_decoder", "about 15–24 min on a T4 (estimates: 15 by the rule, 16 TFLOPS and 10 µs per op; "
+                             "24 if slower, 8 TFLOPS and 15 µs per op; book/setup.md); on a T4 it may take "
+                             "9 min longer than 15 min, less on newer GPUs"),
+    ("ch07_vit", "about 10–14 min on a T4 (estimates: 10 by the rule, 16 TFLOPS and 10 µs per op; "
+                 "14 if slower, 8 TFLOPS and 15 µs per op; book/setup.md), less on newer GPUs")])
+def test_on_a_gpu_a_training_chapter_prints_its_t4_range(monkeypatch, chapter, expected):
+    on_device(monkeypatch, "cuda", xfl_fast=None)
+    pin_version(monkeypatch, chapter)
+    t4 = {"ch05_encoder_decoder": 15, "ch07_vit": 10}[chapter]
+    assert runtime.run_banner(fast_minutes=1, t4_minutes=t4) == (
+        f"xfl: full profile (CUDA GPU found) on cuda; expected run time {expected}; xfl {VERSION}")
+
+
+def test_the_pessimistic_t4_minutes_are_the_estimates_slower_case():
+    """T4_SLOW_MINUTES holds, rounded up, bench/t4_estimate.py's slower case (fraction 0.125,
+    15 µs per op) for every chapter where it is longer than the minutes the chapter announces."""
+    import json
+    import math
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    result = json.loads((root / "bench" / "results" / "t4_estimate.json").read_text(encoding="utf-8"))
+    slower = result["sensitivity"]["slower: fraction 0.125, 15 us per op"]
+    announced = {}
+    for chapter in slower:
+        source = next((root / "chapters" / chapter).glob("[!e]*.md")).read_text(encoding="utf-8")
+        announced[chapter] = float(re.search(r"t4_minutes=([\d.]+)", source).group(1))
+    expected = {c: math.ceil(m) for c, m in slower.items() if math.ceil(m) > announced[c]}
+    assert runtime.T4_SLOW_MINUTES == expected
+    assert max(expected.values()) > runtime.COLAB_LIMIT_MINUTES  # some chapter may pass 15 min
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -52,9 +110,10 @@ def test_the_cpu_profile_picks_its_own_values_or_the_fast_ones(monkeypatch, devi
     assert runtime.pick(full=100, fast=3, cpu=20) == 20
     assert runtime.pick(full=100, fast=3) == 3
     assert runtime.pick(full=None, fast=3, cpu=None) is None  # None is a value ("no limit"), not "as fast"
+    pin_version(monkeypatch)
     assert runtime.run_banner(fast_minutes=2, t4_minutes=15, cpu_minutes=8) == (
-        f"xfl: cpu profile (XFL_PROFILE=cpu) on {device}; expected run time about 8 min on a 2-core CPU")
-    assert runtime.run_banner(fast_minutes=2, t4_minutes=15).endswith("about 2 min on a 2-core CPU")
+        f"xfl: cpu profile (XFL_PROFILE=cpu) on {device}; expected run time about 8 min on a 2-core CPU; xfl {VERSION}")
+    assert runtime.run_banner(fast_minutes=2, t4_minutes=15).endswith(f"about 2 min on a 2-core CPU; xfl {VERSION}")
 
 
 @pytest.mark.parametrize("profile, expected", [("fast", (3, True)), ("full", (100, False))])

@@ -26,6 +26,14 @@ Each module holds one idea and links back to the chapter that builds it:
 - ``precision``: bf16, fp16 + gradient scaler or fp32, and compilation, by device (chapters 5-7, 9)
 - ``timing``: the one timer, warm-up, median and spread (chapters 2-4, 8, ``bench/``)
 - ``atomic_files``: atomic writes for checkpoints, results, exercises and grades (no chapter)
+- ``version``: the release and the commit xfl was installed from (``__version__``, the run banner)
 """
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str):
+    """``xfl.__version__``: the release plus the commit when known, e.g. ``0.1.0+g1a2b3c4d5e6f``
+    (``xfl.version``; computed on first use, since finding the commit may run git)."""
+    if name == "__version__":
+        from xfl.version import describe
+        return describe()
+    raise AttributeError(f"module 'xfl' has no attribute {name!r}")
