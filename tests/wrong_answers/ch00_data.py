@@ -1,9 +1,14 @@
 """The datasets page's plausible wrong answers: each must fail every hidden test of its question."""
 
 STREAM = '''
-def channel_stats_streaming(chunks):
-    {body}
+def stats_update(state, chunk):
+    {update}
+
+
+def stats_finish(state):
+    {finish}
 '''
+KEEP_CHUNKS = "return (state or []) + [chunk]"  # the whole stream kept in the state
 
 WRONG_ANSWERS: dict[str, dict[str, str]] = {
     "q1": {
@@ -33,19 +38,38 @@ def standardize(images, mean, std):
 ''',
     },
     "q3": {
-        "the mean of per-image stds (the folklore CIFAR-10 std)": STREAM.format(body='''
-    x = torch.cat([c.double() / 255 for c in chunks])
-    return x.mean(dim=(0, 2, 3)), x.std(dim=(2, 3), unbiased=False).mean(0)'''),
-        "the mean of the per-chunk statistics (unequal chunks weigh alike)": STREAM.format(body='''
-    means, stds = [], []
-    for chunk in chunks:
-        x = chunk.double() / 255
-        means.append(x.mean(dim=(0, 2, 3)))
-        stds.append(x.transpose(0, 1).reshape(3, -1).std(dim=1, unbiased=False))
-    return torch.stack(means).mean(0), torch.stack(stds).mean(0)'''),
-        "the sample std (divides by n - 1)": STREAM.format(body='''
-    x = torch.cat([c.double() / 255 for c in chunks])
-    return x.mean(dim=(0, 2, 3)), x.transpose(0, 1).reshape(3, -1).std(dim=1)'''),
+        "keeps every chunk, then torch.cat and torch's mean and std": STREAM.format(
+            update=KEEP_CHUNKS, finish='''x = torch.cat(state).double() / 255
+    return x.mean(dim=(0, 2, 3)), x.transpose(0, 1).reshape(3, -1).std(dim=1, unbiased=False)'''),
+        "two passes: the mean first, then the squared deviations from it": STREAM.format(
+            update=KEEP_CHUNKS, finish='''pixels = sum(c.shape[0] * c.shape[2] * c.shape[3] for c in state)
+    mean = sum(c.double().sum(dim=(0, 2, 3)) for c in state) / 255 / pixels
+    deviations = sum(((c.double() / 255 - mean[:, None, None]) ** 2).sum(dim=(0, 2, 3)) for c in state)
+    return mean, (deviations / pixels).sqrt()'''),
+        "the mean of per-image stds (the folklore CIFAR-10 std)": STREAM.format(
+            update='''x = chunk.double() / 255
+    images, sums, stds = state or (0, torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64))
+    return (images + x.shape[0], sums + x.mean(dim=(2, 3)).sum(0), stds + x.std(dim=(2, 3), unbiased=False).sum(0))''',
+            finish="images, sums, stds = state\n    return sums / images, stds / images"),
+        "the mean of the per-chunk statistics (unequal chunks weigh alike)": STREAM.format(
+            update='''x = (chunk.double() / 255).transpose(0, 1).reshape(3, -1)
+    chunks, means, stds = state or (0, torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64))
+    return chunks + 1, means + x.mean(dim=1), stds + x.std(dim=1, unbiased=False)''',
+            finish="chunks, means, stds = state\n    return means / chunks, stds / chunks"),
+        "sums in float32": STREAM.format(
+            update='''x = chunk.float() / 255
+    pixels, sums, squares = state or (0, torch.zeros(3), torch.zeros(3))
+    return pixels + x.shape[0] * x.shape[2] * x.shape[3], sums + x.sum(dim=(0, 2, 3)), squares + (x ** 2).sum(dim=(0, 2, 3))''',
+            finish='''pixels, sums, squares = state
+    mean = sums / pixels
+    return mean.double(), (squares / pixels - mean ** 2).clamp(min=0).sqrt().double()'''),
+        "the sample std (divides by n - 1)": STREAM.format(
+            update='''x = chunk.double() / 255
+    pixels, sums, squares = state or (0, torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64))
+    return pixels + x.shape[0] * x.shape[2] * x.shape[3], sums + x.sum(dim=(0, 2, 3)), squares + (x ** 2).sum(dim=(0, 2, 3))''',
+            finish='''pixels, sums, squares = state
+    mean = sums / pixels
+    return mean, ((squares - pixels * mean ** 2) / (pixels - 1)).clamp(min=0).sqrt()'''),
     },
     "q4": {
         "the mean of the per-image stds": '''

@@ -130,31 +130,40 @@ def learn_merges(corpus, num_merges):
 ''',
     },
     "q5": {
-        "adds the new pairs but never subtracts the old ones": MERGE + '''
-def update_pair_counts(pair_counts, corpus, pair):
-    counts, new_corpus = dict(pair_counts), {}
-    for symbols, n in corpus.items():
-        merged = _merge(symbols, pair)
-        if merged != symbols:
-            for p in zip(merged, merged[1:]):
-                if pair[0] + pair[1] in p:
-                    counts[p] = counts.get(p, 0) + n
-        new_corpus[merged] = new_corpus.get(merged, 0) + n
-    counts.pop(tuple(pair), None)
-    return new_corpus, counts
+        "recounts the merged words and returns their counts, not the changes": MERGE + '''
+def pair_count_changes(words, pair):
+    merged, counts = {}, Counter()
+    for symbols, n in words.items():
+        out = _merge(symbols, pair)
+        merged[out] = merged.get(out, 0) + n
+    for symbols, n in merged.items():
+        for p in zip(symbols, symbols[1:]):
+            counts[p] += n
+    return merged, dict(counts)
 ''',
-        "keeps pairs whose count fell to 0": MERGE + '''
-def update_pair_counts(pair_counts, corpus, pair):
-    counts, new_corpus = dict(pair_counts), {}
-    for symbols, n in corpus.items():
-        merged = _merge(symbols, pair)
-        if merged != symbols:
-            for p in zip(symbols, symbols[1:]):
-                counts[p] -= n
-            for p in zip(merged, merged[1:]):
-                counts[p] = counts.get(p, 0) + n
-        new_corpus[merged] = new_corpus.get(merged, 0) + n
-    return new_corpus, counts
+        "adds the new pairs but never subtracts the old ones": MERGE + '''
+def pair_count_changes(words, pair):
+    merged, changes = {}, Counter()
+    for symbols, n in words.items():
+        out = _merge(symbols, pair)
+        for p in zip(out, out[1:]):
+            if pair[0] + pair[1] in p:
+                changes[p] += n
+        changes[tuple(pair)] -= n * sum(1 for p in zip(symbols, symbols[1:]) if p == tuple(pair))
+        merged[out] = merged.get(out, 0) + n
+    return merged, {p: c for p, c in changes.items() if c}
+''',
+        "keeps the pairs whose change is 0 (every pair of the word listed)": MERGE + '''
+def pair_count_changes(words, pair):
+    merged, changes = {}, {}
+    for symbols, n in words.items():
+        out = _merge(symbols, pair)
+        for p in zip(symbols, symbols[1:]):
+            changes[p] = changes.get(p, 0) - n
+        for p in zip(out, out[1:]):
+            changes[p] = changes.get(p, 0) + n
+        merged[out] = merged.get(out, 0) + n
+    return merged, changes
 ''',
     },
     "q6": {
@@ -196,6 +205,9 @@ def first_difference(corpus, num_merges):
         "merges over code points, decodes code points": TRAIN_BYTES.format(
             ids="[ord(c) for c in t]", best=LARGEST) + DECODE_BYTES.format(
             piece="chr(i)", joined='"".join(table.get(i, chr(i)) for i in ids)'),
+        "trains on the texts joined into one (pairs across text boundaries)": TRAIN_BYTES.format(
+            ids=UTF8, best=LARGEST).replace("for t in texts]", 'for t in ["".join(texts)]]') + DECODE_BYTES.format(
+            piece="bytes([i])", joined='b"".join(table[i] for i in ids).decode("utf-8")'),
         "decodes each token on its own (splits multi-byte characters)": BYTES + DECODE_BYTES.format(
             piece="bytes([i])", joined='"".join(table[i].decode("utf-8", errors="replace") for i in ids)'),
     },
