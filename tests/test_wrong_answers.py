@@ -20,7 +20,10 @@ test case of every question (the harness is sound); every graded question has at
 fixtures; each fixture fails every *hidden* test case of its question (it may pass a public
 sanity check); and generic no-attempt answers (the first argument echoed, zeros shaped like
 it, constants, ``None``, zero-size tensors that ``torch.allclose`` would pass, ``raise
-NotImplementedError``) fail every test case of every question. The
+NotImplementedError``, and bare empty containers never paired: ``[]``, ``()``, ``{}``, ``''``)
+fail every test case of every question; and where the solution returns a tuple, that tuple
+less its last item fails every hidden case (a test that zips over the answer without checking
+its length passed both: issue 63, chapter 11 q5). The
 tests are the ones ``otter assign`` puts into the autograder zip, read from the source the
 way it reads them (``tests/test_exercises.py`` checks the two agree), and every call crosses
 ``tools.grading.wire`` as it does in the grader.
@@ -175,12 +178,20 @@ NO_ATTEMPT_BODIES = {  # a no-attempt answer: the body every answer function get
 }
 
 
-def no_attempt(question: Question, body: str) -> str:
+BARE_BODIES = {  # returned as they are, never paired: a test that zips over the answer passes these
+    "a bare empty list": "return []",
+    "a bare empty tuple": "return ()",
+    "a bare empty dict": "return {}",
+    "a bare empty string": "return ''",
+}
+
+
+def no_attempt(question: Question, body: str, pair: bool = True) -> str:
     """An answer cell defining each of the question's functions with ``body`` (returned twice
-    where the solution returns a pair)."""
+    where the solution returns a pair, unless ``pair`` is False)."""
     lines = [NO_ATTEMPT_HELPERS]
     for fn in question.functions():
-        pair = question.returns_pair(fn) and body.startswith("return ")
+        pair = pair and question.returns_pair(fn) and body.startswith("return ")
         value = body.removeprefix("return ")
         lines += [f"def {fn}(*args, **kwargs):",
                   f"    return ({value}, {value})" if pair else f"    {body}"]
@@ -255,10 +266,30 @@ def test_library_answers_pass_every_case(chapter):
             f"{name} {q.name}: the library's answer fails {outcome}"
 
 
-@pytest.mark.parametrize("attempt", NO_ATTEMPT_BODIES)
+@pytest.mark.parametrize("attempt", [*NO_ATTEMPT_BODIES, *BARE_BODIES])
 def test_no_attempt_earns_nothing(chapter, attempt):
     name, questions, ns, _ = chapter
+    body, pair = (NO_ATTEMPT_BODIES[attempt], True) if attempt in NO_ATTEMPT_BODIES else (BARE_BODIES[attempt], False)
     for q in questions:
-        outcome = results(q, ns, no_attempt(q, NO_ATTEMPT_BODIES[attempt]))
+        outcome = results(q, ns, no_attempt(q, body, pair))
         assert not any(passed for _, passed in outcome), \
             f"{name} {q.name}: an answer that {attempt} passes {outcome}, expected no case"
+
+
+def short_tuple(fn: str) -> str:
+    """An answer cell whose ``fn`` returns the solution's tuple without its last item (the
+    answer that never computes its last output: issue 63's X34)."""
+    return (f"_solution_{fn} = {fn}\n"
+            f"def {fn}(*args, **kwargs):\n"
+            f"    return tuple(_solution_{fn}(*args, **kwargs))[:-1]\n")
+
+
+def test_a_short_tuple_fails_every_hidden_case(chapter):
+    """Where the solution returns a tuple, the same tuple less its last item fails every hidden
+    case: each test checks the answer's length before it compares (a ``zip`` over a short or
+    empty answer compares nothing)."""
+    name, questions, ns, _ = chapter
+    for q in questions:
+        for fn in (f for f in q.functions() if q.returns_pair(f)):
+            hidden = [passed for is_hidden, passed in results(q, ns, short_tuple(fn)) if is_hidden]
+            assert not any(hidden), f"{name} {q.name}: {fn} without its last output passes hidden cases {hidden}"
