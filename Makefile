@@ -29,7 +29,7 @@ XFL_FAST ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev
 PROFILE_ENV := $(if $(XFL_PROFILE),XFL_PROFILE=$(XFL_PROFILE) XFL_FAST=,XFL_FAST=$(XFL_FAST))
 
 RUN_DIR := _build/test-run
-.PHONY: book test test-setup colab-base colab-env sync vendor browser-deps exercises exercise-pages grade bench-translate bench-timings bench-vit bench-bpe bench-decode bench-modern clean
+.PHONY: book test test-setup colab-base colab-env sync vendor browser-deps grade-deps sandbox-deps exercises exercise-pages release grade written merge-written feedback bench-translate bench-timings bench-vit bench-bpe bench-decode bench-modern clean
 
 # Bytecode is written by the first process that imports a module, not by pip: compiling all of an
 # environment's 16,000 modules costs about 50 s of CPU, and the tests import a fraction of them.
@@ -58,11 +58,21 @@ browser-deps:
 	@command -v chromium >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
-# bubblewrap, the sandbox each graded notebook runs in (tools/grading/sandbox.py), from Debian's packages.
-# After browser-deps: under `make -j` two apt-get runs would fight over dpkg's lock.
-sandbox-deps: browser-deps
-	@command -v bwrap >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+# bubblewrap, the sandbox each graded notebook runs in (tools/grading/sandbox.py), from Debian's packages:
+# all that grading needs beyond .venv (Linux; no browser, no npm). On another system it stops and
+# says how to grade safely. sandbox-deps (for make test) installs it after browser-deps: under
+# `make -j` two apt-get runs would fight over dpkg's lock.
+grade-deps:
+	@[ "$$(uname -s)" = Linux ] || { echo "make grade needs Linux with bubblewrap (bwrap): each notebook runs in \
+	a bubblewrap sandbox, and this is $$(uname -s). Grade inside a Linux virtual machine or container, or, \
+	for notebooks you trust only, run .venv/bin/python -m tools.grading ZIP FOLDER --unsandboxed \
+	(see book/instructors.md)." >&2; exit 2; }
+	@command -v bwrap >/dev/null || { command -v apt-get >/dev/null || { echo "make grade needs \
+	bubblewrap (bwrap): install it with your system's package manager" >&2; exit 2; }; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q bubblewrap; }
+sandbox-deps: browser-deps
+	@$(MAKE) --no-print-directory grade-deps
 
 # Student notebooks, autograder zips, solutions -> _build/exercises/ (fails if a solution misses a
 # point). `make test` passes ASSIGN_FLAGS=--no-run-tests: its tests grade every solution with the
@@ -79,10 +89,27 @@ book/exercises/.stamp: _build/exercises/.stamp
 	touch $@
 exercise-pages: book/exercises/.stamp
 
-# make grade CHAPTER=ch01_qkv SUBMISSIONS=submissions/ch01_qkv  ->  grades/ch01_qkv.csv
-grade: exercises sandbox-deps
-	$(BIN)/python -m tools.grading _build/exercises/autograder/$(CHAPTER)-autograder.zip \
-	  $(SUBMISSIONS) -o grades/$(CHAPTER).csv --timeout $(TIMEOUT) --jobs $(JOBS)
+# One chapter's student notebook, autograder zip and solutions (make release CHAPTER=ch01_qkv).
+_build/exercises/autograder/%-autograder.zip: chapters/%/exercises.md $(STAMP) $(wildcard tools/grading/*.py)
+	$(BIN)/python -m tools.grading.exercises build --out _build/exercises $(ASSIGN_FLAGS) $*
+release: _build/exercises/autograder/$(CHAPTER)-autograder.zip
+	@echo "Hand out _build/exercises/student/$(CHAPTER)_exercises.ipynb; keep the zip and the solutions private."
+
+# The instructor's path (book/instructors.md), one chapter at a time:
+#   make grade CHAPTER=ch01_qkv   submissions/ch01_qkv/<student>.ipynb -> grades/ch01_qkv.csv, .json, -feedback/
+#   make written CHAPTER=ch01_qkv        written answers -> grades/ch01_qkv-written.csv (fill in its points)
+#   make merge-written CHAPTER=ch01_qkv  their points -> grades/ch01_qkv.csv (total = the whole grade)
+#   make feedback CHAPTER=ch01_qkv [REVEAL=1]  feedback files again, with written points (REVEAL: hidden tests' messages)
+GRADES ?= grades
+grade: _build/exercises/autograder/$(CHAPTER)-autograder.zip grade-deps
+	$(BIN)/python -m tools.grading $< $(SUBMISSIONS) -o $(GRADES)/$(CHAPTER).csv --timeout $(TIMEOUT) --jobs $(JOBS)
+written: $(STAMP)
+	$(BIN)/python -m tools.grading.written export $(CHAPTER) $(SUBMISSIONS) -o $(GRADES)/$(CHAPTER)-written.csv
+merge-written: $(STAMP)
+	$(BIN)/python -m tools.grading.written merge $(GRADES)/$(CHAPTER)-written.csv $(GRADES)/$(CHAPTER).csv
+feedback: $(STAMP)
+	$(BIN)/python -m tools.grading.feedback $(GRADES)/$(CHAPTER).json $(if $(REVEAL),--reveal-hidden) \
+	  $(if $(wildcard $(GRADES)/$(CHAPTER)-written.csv),--written $(GRADES)/$(CHAPTER)-written.csv)
 
 sync: $(STAMP)
 	$(BIN)/jupytext --sync $(CHAPTERS_MD)
@@ -94,6 +121,17 @@ book: $(STAMP) $(if $(NPM),$(VENDOR)) exercise-pages
 	$(PROFILE_ENV) $(BIN)/python -m tools.book.config --assets $(ASSETS) -o _build/book_config.yml
 	$(PROFILE_ENV) $(BIN)/jupyter-book build -W -n --keep-going --all --config _build/book_config.yml .
 	@echo "Open _build/html/index.html"
+
+# Every chapter under nbval on this machine's CUDA GPU (a workstation's, a rented one): the GPU's
+# own precision (bf16 + compile from capability 8.0), and the training chapters again in fp16, the
+# path of Colab's T4. Prints a table per chapter (passed, seconds, peak GPU memory) and merges the
+# results into $(GPU_RESULTS); without CUDA it says so and fails. The GPU queue's gpu_check step
+# runs the same command (tools/env/gpu_plan.py). E.g. make test-gpu GPU_FLAGS="--jobs 2 ch07_vit".
+GPU_RESULTS ?= _build/test-gpu/gpu_nbval.json
+GPU_FLAGS   ?=
+.PHONY: test-gpu
+test-gpu: $(STAMP)
+	$(BIN)/python -m tools.env.gpu_chapters check --t4-path --out $(GPU_RESULTS) $(GPU_FLAGS)
 
 # Wheels the lent GPU machine lacks (its Python 3.12, no internet) -> build/wheels/; see DEVELOPERS.md
 .PHONY: device-wheels

@@ -4,6 +4,12 @@
     python -m tools.env.gpu_chapters check --t4-path --out results.json     # + fp16 of chapters 5-10
     python -m tools.env.gpu_chapters execute ch05_encoder_decoder ch06_bleu --out DIR
 
+``check --t4-path`` is ``make test-gpu`` (any CUDA GPU: a workstation's, one rented for a short
+time) and the GPU queue's ``gpu_check`` step (``tools.env.gpu_plan``): one entry for both. It
+refuses to start without a CUDA GPU (exit status ``NO_CUDA_EXIT``, a message that says why and
+what to run instead) unless ``--allow-cpu`` is given (the queue's dry run, the tests), and ends
+with a table per precision and chapter: passed or not, seconds, peak GPU memory.
+
 ``check`` runs each notebook under nbval (``--nbval-lax``, the fast profile unless ``--profile``
 says otherwise) and merges, per precision, each chapter's result into ``results.json``: passed
 or failed (the failing cell and its error), seconds, and the peak GPU memory its kernel held.
@@ -43,6 +49,7 @@ TRAINING = ("ch05_encoder_decoder", "ch06_bleu", "ch07_vit", "ch09_gpt", "ch10_m
 BANNER_FAST = re.compile(r"run_banner\(fast_minutes=([\d.]+)")
 ESTIMATES = ROOT / "bench" / "results" / "t4_estimate.json"
 CELL_TIMEOUT_S = 600
+NO_CUDA_EXIT = 3  # `check` without a CUDA GPU (1: a notebook did not pass; 2: argparse's usage error)
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,58 @@ def device_info() -> dict:
     return {"device": device_name(device), "torch": torch.__version__, "cuda": torch.version.cuda,
             "auto_precision": str(choose_precision(device)), "cores": os.cpu_count(),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def cuda_problem() -> str | None:
+    """Why this machine cannot run ``check`` on a CUDA GPU, or None where it can."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a build without CUDA"
+    return f"torch {torch.__version__} (built for CUDA {torch.version.cuda}) finds no CUDA device"
+
+
+def no_cuda_message(problem: str) -> str:
+    """What ``make test-gpu`` says on a machine without a CUDA GPU, and what to run instead."""
+    return (f"make test-gpu: no CUDA GPU on this machine: {problem}.\n"
+            "It runs every chapter under nbval on a CUDA GPU (a workstation's, or a GPU rented for a "
+            "short time), in the GPU's own precision and again in fp16, the path of Colab's free T4.\n"
+            "Without one: `make test` runs every chapter on the CPU (fast profile), and a chapter's "
+            "Colab button runs it on Colab's free T4 (Runtime > Change runtime type > T4 GPU).")
+
+
+def default_jobs(cores: int | None = None) -> int:
+    """Notebooks at once: one per two cores, at most 8 (8 on the 16 cores of an H100 machine)."""
+    return max(1, min(8, (cores if cores is not None else os.cpu_count() or 1) // 2))
+
+
+def by_precision(results: dict[Job, dict], device: dict) -> dict[str, dict[str, dict]]:
+    """``{precision: {chapter: result}}``, as ``check`` merges them into its JSON under ``nbval``."""
+    nested: dict[str, dict[str, dict]] = {}
+    for job, result in sorted(results.items(), key=lambda item: item[0].chapter):  # the book's order
+        nested.setdefault(precision_name(job.precision, device), {})[job.chapter] = result
+    return nested
+
+
+def table(nbval: dict[str, dict[str, dict]], device: dict) -> str:
+    """One row per precision and chapter: its status, seconds and peak GPU memory (MiB), then the
+    count that passed; ``nbval`` is ``by_precision``'s shape (or the JSON's ``nbval`` section)."""
+    rows = [(precision, chapter, r["status"], f"{r['seconds']:.0f}",
+             "-" if r.get("peak_gpu_mib") is None else f"{r['peak_gpu_mib']:,}")
+            for precision, chapters in nbval.items() for chapter, r in chapters.items()]
+    head = ("precision", "chapter", "status", "seconds", "peak GPU MiB")
+    widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head))]
+
+    def line(row: tuple[str, ...]) -> str:  # text left-aligned, numbers right-aligned
+        return "  ".join(f"{cell:>{w}}" if i >= 3 else f"{cell:<{w}}"
+                         for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+    passed = sum(row[2] == "passed" for row in rows)
+    cuda = f"CUDA {device['cuda']}" if device.get("cuda") else "no CUDA"
+    return "\n".join([f"{device['device']} (torch {device['torch']}, {cuda}), {device['date']}",
+                      line(head), line(tuple("-" * w for w in widths)), *map(line, rows),
+                      f"{passed} of {len(rows)} passed"])
 
 
 def _ipython_dir(folder: Path) -> Path:
@@ -220,6 +279,7 @@ def check(paths: list[str], precisions: list[str], out: Path, workers: int, dead
     """nbval on ``paths`` in each of ``precisions`` (``t4_path``: the training chapters among them
     in fp16 too); results merged into ``out`` as they come, under ``nbval/<precision>/<chapter>``."""
     device = device_info()
+    out.parent.mkdir(parents=True, exist_ok=True)
     jobs = [Job(p, precision, "check", profile) for precision in precisions for p in paths]
     if t4_path and "fp16" not in precisions:
         jobs += [Job(p, "fp16", "check", profile) for p in paths if Path(p).parts[-2] in TRAINING]
@@ -250,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("chapters", nargs="*", help="chapter folders or notebook paths (default: all)")
         command.add_argument("--out", type=Path, required=True,
                              help="check: the results JSON; execute: the notebooks' folder")
-        command.add_argument("--jobs", type=int, default=8, help="notebooks at once (default 8)")
+        command.add_argument("--jobs", type=int, default=default_jobs(),
+                             help=f"notebooks at once (default {default_jobs()}: one per two cores, at most 8)")
         command.add_argument("--training", action="store_true", help="only the training chapters")
         command.add_argument("--profile", default="fast" if name == "check" else "full",
                              choices=("fast", "cpu", "full"))
@@ -258,11 +319,20 @@ def main(argv: list[str] | None = None) -> int:
                                            choices=("auto", "bf16", "fp16", "fp32"))
     commands.choices["check"].add_argument("--t4-path", action="store_true",
                                            help="also the training chapters in fp16 (the T4's path)")
+    commands.choices["check"].add_argument("--allow-cpu", action="store_true",
+                                           help="run without a CUDA GPU (the queue's dry run, tests)")
     args = parser.parse_args(argv)
     paths = chapter_paths(args.chapters, args.training)
     if args.command == "check":
+        problem = None if args.allow_cpu else cuda_problem()
+        if problem:
+            print(no_cuda_message(problem), file=sys.stderr)
+            return NO_CUDA_EXIT
         results = check(paths, args.precision, args.out, args.jobs, deadline_from_env(), args.profile,
                         args.t4_path)
+        device = device_info()
+        print(table(by_precision(results, device), device))
+        print(f"[chapters] results merged into {args.out}")
     else:
         results = execute(paths, args.out, args.jobs, deadline_from_env(), args.profile)
     bad = {f"{job.chapter} ({job.precision})": r["status"] for job, r in results.items() if r["status"] != "passed"}

@@ -74,9 +74,11 @@ TINY = "tests/fixtures/gpu_queue/tiny"  # a two-cell notebook: the dry run's cha
 CHAPTERS = ("{py}", "-m", "tools.env.gpu_chapters")
 QUEUE = [
     # issue 44: every chapter under nbval in the fast profile, the device's bf16 + compile rule,
-    # and the training chapters again in fp16 (the T4's path), 8 notebooks at a time
+    # and the training chapters again in fp16 (the T4's path), 8 notebooks at a time: the same
+    # command as `make test-gpu` (tests/test_gpu_chapters.py keeps the two in step)
     Step("gpu_check", 44, (*CHAPTERS, "check", "--t4-path", "--out", "{out}/gpu_nbval.json"),
-         (*CHAPTERS, "check", TINY, "--t4-path", "--jobs", "2", "--out", "{out}/gpu_nbval.json"),
+         (*CHAPTERS, "check", TINY, "--t4-path", "--jobs", "2", "--allow-cpu",
+          "--out", "{out}/gpu_nbval.json"),
          5.5, ("text", "cifar")),
     # issue 44: 50 steps of each training chapter's full-profile model and batch, bf16 and fp16
     Step("gpu_steps", 44, ("{py}", "-m", "bench.gpu_steps", "--out", "{out}/gpu_nbval.json"),
