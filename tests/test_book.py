@@ -63,6 +63,17 @@ def test_every_toc_entry_produced_a_page(built_book):
 
 
 @pytest.mark.book
+def test_every_page_footer_states_the_licences(built_book):
+    """The rendered footer, not only its configuration (tests/test_book_config.py)."""
+    for docname in ("book/intro", *CHAPTERS[:1], *NUMBERED[-1:]):
+        footer = soup(built_book.html / f"{docname}.html").find("div", class_="extra_footer")
+        assert footer is not None, f"{docname}: no footer"
+        text = " ".join(footer.get_text().split())
+        assert "CC BY 4.0" in text and "MIT License" in text and "CC-BY 2.0 FR" in text, text
+        assert footer.find("a", href="https://creativecommons.org/licenses/by/4.0/") is not None
+
+
+@pytest.mark.book
 def test_search_index_lists_every_page(built_book):
     assert (built_book.html / "search.html").is_file()
     text = (built_book.html / "searchindex.js").read_text(encoding="utf-8")

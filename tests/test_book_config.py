@@ -90,3 +90,24 @@ def test_this_runs_executed_chapters_are_rendered_not_executed(tmp_path):
     assert reader == ["tools.book.executed.read_stored", {"stored": str((tmp_path / "x.ipynb").resolve()),
                                                      "sha256": "ab" * 32}, False]
     assert config["execute"]["execute_notebooks"] == "force"  # the other chapters still run
+
+
+LICENCE_URL = "https://creativecommons.org/licenses/by/4.0/"
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+@pytest.mark.parametrize("assets", ["vendor", "cdn"])
+def test_every_built_footer_states_the_licences_and_credits_tatoeba(tmp_path, monkeypatch, fast, assets):
+    """The rendered book's footer (JB1: html.extra_footer) names the text's licence with its link,
+    the code's, and the Tatoeba credit, in every configuration `make book` can write."""
+    monkeypatch.setenv("XFL_FAST", fast)
+    out = tmp_path / "book_config.yml"
+    assert book_config.main(["--assets", assets, "-o", str(out)]) == 0
+    footer = yaml.safe_load(out.read_text(encoding="utf-8"))["html"]["extra_footer"]
+    assert f'<a href="{LICENCE_URL}">CC BY 4.0</a>' in footer and "code: MIT License" in footer, footer
+    assert "tatoeba.org (CC-BY 2.0 FR)" in footer, footer
+    assert "LICENSE-BOOK" in footer and "LICENSE " in footer, footer  # the files it names exist:
+    legal = (REPO_ROOT / "LICENSE-BOOK").read_text(encoding="utf-8")
+    assert "\nCreative Commons Attribution 4.0 International Public License\n" in legal
+    assert all(f"\nSection {n} -- " in legal for n in range(1, 9))  # the whole legal code
+    assert (REPO_ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")
