@@ -26,6 +26,11 @@ import torch
 import yaml
 from filelock import FileLock
 
+# Triton fixes its mode when it is first imported (torch.compile imports it): without a GPU, the
+# Triton kernels' tests (tests/test_triton_attention.py) need its interpreter, so it goes first.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
