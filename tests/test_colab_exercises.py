@@ -15,6 +15,7 @@ import pytest
 from nbclient import NotebookClient
 
 from conftest import REPO_ROOT, exercises_build
+from tools.book import publish
 from tools.grading import exercises
 
 SOURCES = exercises.sources(REPO_ROOT)
@@ -29,7 +30,8 @@ def built(tmp_path_factory) -> Path:
 
 
 def solved_student_notebook(built: Path, chapter: str) -> nbformat.NotebookNode:
-    """The student notebook with each answer cell replaced by the solution's."""
+    """The student notebook as the book publishes it (tools/book/publish.py: Colab's T4 metadata,
+    the install cell pinned) with each answer cell replaced by the solution's."""
     name = f"{chapter}_exercises.ipynb"
     student = nbformat.read(built / "student" / name, as_version=4)
     solved = nbformat.read(built / "solutions" / name, as_version=4)
@@ -37,7 +39,7 @@ def solved_student_notebook(built: Path, chapter: str) -> nbformat.NotebookNode:
     for cell, answer in zip(student.cells, solved.cells):
         if "otter_answer_cell" in cell.metadata.get("tags", []):
             cell.source = answer.source
-    return student
+    return publish.published(student, chapter, publish.build_ref(), publish.missing_on_colab())
 
 
 @pytest.mark.parametrize("chapter", [exercises.chapter_of(s) for s in SOURCES])

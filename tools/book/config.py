@@ -13,6 +13,9 @@ Three things change with the build, and this tool writes the variant:
   `.md` (same page, same URL, same Colab button). The tool prints which chapters are rendered
   from stored outputs and which are executed, and why.
 
+Every build also loads `tools/book/publish.py`, which writes the notebooks the Colab links open
+(GPU metadata, the install cell pinned to this commit) into the built HTML.
+
 The profile is the one the chapters will run (`xfl.runtime.profile`: `XFL_PROFILE` or `XFL_FAST`,
 else the device). The configuration it writes also loads `tools/book/report.py`: the build ends by
 printing, per chapter, where its outputs came from and how long it took, then the total.
@@ -45,6 +48,8 @@ def book_config(base: dict, fast: bool, vendored: bool, stored: list[ChapterStat
     chapters rendered from notebooks instead of executed: the fresh ``stored`` ones and the
     ``executed`` ones (``{chapter: (notebook, sha256 of its source)}``, this test run's)."""
     config = copy.deepcopy(base)
+    # the notebooks the Colab links open, written into the HTML when it is built (issue 64)
+    config.setdefault("sphinx", {}).setdefault("local_extensions", {})["tools.book.publish"] = str(ROOT)
     if not fast:
         config["execute"]["timeout"] = FULL_PROFILE_CELL_TIMEOUT_S
     if not vendored:

@@ -138,10 +138,14 @@ def page_markdown(student_nb: nbformat.NotebookNode, notebook_name: str) -> str:
 
 
 def _how_to_run(notebook_name: str) -> str:
-    return (":::{note}\nThese exercises are graded. Work in the notebook "
-            f"`{notebook_name}` that your instructor releases (see {{doc}}`/book/instructors`); "
-            "it runs locally and on Colab. Below are its questions and the cells to fill in; "
-            "the solutions and the hidden tests are not part of this book.\n:::")
+    from tools.book.publish import EXERCISES_FOLDER, colab_url  # the book publishes the notebook
+
+    return (":::{note}\nThese exercises are graded. "
+            f"[Open the notebook `{notebook_name}` in Colab]({colab_url(f'{EXERCISES_FOLDER}/{notebook_name}')}) "
+            "(it asks for a T4 runtime and installs the xfl this book was built from; `grader.check` "
+            "runs each question's public tests there), or work in the one your instructor releases "
+            f"(see {{doc}}`/book/instructors`), locally or on Colab. Below are its questions and the "
+            "cells to fill in; the solutions and the hidden tests are not part of this book.\n:::")
 
 
 def write_pages(out: Path, pages: Path) -> list[Path]:
