@@ -15,51 +15,72 @@ import re
 import tomllib
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from conftest import REPO_ROOT, chapter_files, chapter_run
+from tools.book import publish
 from tools.env import colab_env
+from tools.grading import exercises
 from tools.book.executed import RUN_META
 
 CHAPTERS = chapter_files()
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
-def test_the_install_cell_upgrades_nothing_colab_has(colab):
+def changed_of_colab(before: dict[str, str], after: dict[str, str]) -> dict[str, tuple]:
+    """``{package: (before or Colab's, after)}`` for each package of Colab's whole freeze that an
+    install changed, and each it added at another version than Colab's (on Colab pip would have
+    had to replace Colab's)."""
+    freeze = colab_env.read_freeze()[1]
+    norm = colab_env.normalized
+    changed = {n: (v, after.get(n)) for n, v in before.items() if norm(n) in freeze and after.get(n) != v}
+    added = {n: (freeze[norm(n)], v) for n, v in after.items() if n not in before and norm(n) in freeze
+             and v.split("+")[0] != freeze[norm(n)].split("+")[0]}
+    return changed | added
+
+
+def test_the_install_cell_changes_nothing_of_colabs_freeze(colab):
+    """The published chapters' install cell (xfl without dependencies, then sacreBLEU, all of
+    Colab's freeze held as constraints) changes none of the ~700 packages Colab has."""
     before, after = colab["before"], colab["after"]
-    assert colab["requirements"] == colab_env.chapters_requirements()
-    assert "xfl" in after
-    colab_has = colab_env.colab_list()[1]
-    changed = {name: (v, after.get(name)) for name, v in before.items()
-               if colab_env.normalized(name) in colab_has and after.get(name) != v}
-    assert changed == {}, f"installing xfl changed Colab's packages: {changed}"
+    assert colab["chapter_installs"] == colab_env.chapters_installs()
+    assert colab["chapter_installs"][0][0] == "--no-deps" and "xfl" in after
+    assert changed_of_colab(before, after) == {}, "installing xfl changed Colab's packages"
     assert before["ipywidgets"] == "7.7.1" and after["torch"] == before["torch"]
+    assert set(after) - set(before) >= {"xfl", "sacrebleu"}
 
 
-def test_the_exercises_install_cell_changes_nothing_colab_has(colab):
+def test_the_exercises_install_cell_changes_nothing_of_colabs_freeze(colab):
     """The exercise notebooks' first cell (xfl, then otter-grader without the dependencies that
     would upgrade Colab's ipywidgets 7.7.1) adds packages and changes none of Colab's."""
     before, after = colab["before"], colab["after_exercises"]
     assert colab["exercise_installs"] == colab_env.exercises_installs()
-    colab_has = colab_env.colab_list()[1]
-    changed = {name: (v, after.get(name)) for name, v in before.items()
-               if colab_env.normalized(name) in colab_has and after.get(name) != v}
-    assert changed == {}, f"the exercises' install cell changed Colab's packages: {changed}"
+    assert changed_of_colab(before, after) == {}, "the exercises' install cell changed Colab's packages"
     assert after["ipywidgets"] == "7.7.1" and "otter-grader" in after
 
 
 def test_the_environment_holds_colabs_versions_but_the_printed_deviations(colab):
     """Every package of Colab's list (tools/env/colab-runtime.txt) is at Colab's version, except
-    the deviations the build printed (each with its reason): Python, and the local build tags."""
+    the deviations the build printed (each with its reason): Python, and the local build tags;
+    and every other package of the environment is at the version of Colab's whole freeze, or is
+    a printed deviation (not on Colab, or Colab's pin refused by pip, each with its reason)."""
     colab_python, pins = colab_env.colab_list()
     deviations = {d["package"]: d for d in colab["deviations"]}
     assert deviations.pop("python") == {"package": "python", "colab": colab_python,
                                         "here": platform.python_version(),
                                         "why": "the Python this environment is built with"}
-    assert all(d["why"] and d["colab"] == pins[name] for name, d in deviations.items())
+    assert all(d["why"] for d in deviations.values())
+    assert all(deviations[n]["colab"] == v for n, v in pins.items() if n in deviations)
     expected = {name: deviations[name]["here"] if name in deviations else v for name, v in pins.items()}
     assert colab_env.check_against_list(colab["before"], expected) == {}
     assert expected["torch"] == "2.11.0" and expected["ipywidgets"] == "7.7.1"
+    freeze = colab_env.read_freeze()[1]
+    unprinted = {n: (freeze.get(colab_env.normalized(n)), v) for n, v in colab["before"].items()
+                 if colab_env.normalized(n) not in deviations
+                 and freeze.get(colab_env.normalized(n), "").split("+")[0] != v.split("+")[0]}
+    assert unprinted == {}, "packages at another version than Colab's freeze, not printed"
+    assert colab["before"]["pip"] == freeze["pip"] and colab["before"]["setuptools"] == freeze["setuptools"]
 
 
 def test_every_lower_bound_we_claim_is_a_version_the_colab_like_run_uses(colab):
@@ -109,6 +130,7 @@ def test_chapter_runs_in_the_colab_like_environment(colab, request, chapter):
     banner = next(o["text"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
                   if o.get("name") == "stdout")
     assert banner.startswith("xfl: fast profile (XFL_FAST=1) on cpu;"), banner
+    assert banner.splitlines()[0].endswith(f"; xfl {colab['after']['xfl']}"), banner  # installed from a folder: no commit
     if "import ipywidgets" in (REPO_ROOT / f"{chapter}.md").read_text(encoding="utf-8"):
         views = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
                  if WIDGET_VIEW in o.get("data", {})]
@@ -116,3 +138,21 @@ def test_chapter_runs_in_the_colab_like_environment(colab, request, chapter):
         assert nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
 
 
+
+
+@pytest.mark.book
+def test_the_built_book_carries_every_notebook_its_colab_links_open(built_book):
+    """Each chapter's launch button and each exercise page's link open a notebook the build wrote
+    into the HTML (tools/book/publish.py): a T4 runtime, xfl pinned to this build's commit."""
+    ref, url = publish.build_ref(), publish.colab_url("")
+    names = [f"{chapter}.ipynb" for chapter in CHAPTERS]
+    for source in exercises.sources(REPO_ROOT):
+        chapter = exercises.chapter_of(source)
+        names.append(f"{publish.EXERCISES_FOLDER}/{chapter}_exercises.ipynb")
+        page = (built_book.html / publish.EXERCISES_FOLDER / f"{chapter}.html").read_text(encoding="utf-8")
+        assert f'href="{url}{publish.EXERCISES_FOLDER}/{chapter}_exercises.ipynb"' in page, chapter
+    for name in names:
+        nb = nbformat.read(built_book.html / name, as_version=4)
+        assert nb.metadata["accelerator"] == "GPU" and nb.metadata["colab"]["gpuType"] == "T4", name
+        first = next(c.source for c in nb.cells if c.cell_type == "code")
+        assert f'--no-deps "xfl @ git+https://github.com/xfl-book/xfl@{ref}"' in first, (name, first)

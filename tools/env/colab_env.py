@@ -1,15 +1,22 @@
 """A Colab-like Python environment: Colab's preinstalled packages at Colab's versions, plus what
 a chapter installs.
 
-The chapters' first cell runs ``%pip install -q "xfl @ git+<repository>"`` on Colab. This tool
-builds a virtual environment holding the packages of Colab's GPU runtime list
-(``tools/env/colab-runtime.txt``: name==version, with its source and date) at Colab's versions,
-each where it installs on the Python at hand, else the nearest release that does; it prints the
-deviations (Python itself, the local ``+cu128`` build tags PyPI does not serve, any stand-in) and
-refuses an environment that differs from the list beyond them. The environment is cached in
+The chapters' first cell, as the book publishes it (``tools/book/publish.py``), runs on Colab
+``%pip install -q --no-deps "xfl @ git+<repository>@<commit>"`` and then installs the one
+dependency Colab lacks (sacreBLEU). This tool builds a virtual environment holding the packages
+of Colab's GPU runtime list (``tools/env/colab-runtime.txt``: name==version, with its source and
+date) at Colab's versions, each where it installs on the Python at hand, else the nearest
+release that does, with Colab's whole ``pip freeze`` (``tools/env/colab-freezes/``) as pip
+constraints: every dependency pip brings that Colab has gets Colab's version, unless it conflicts
+with a release PyPI serves (torch's CUDA 13 libraries where Colab has CUDA 12.8) or does not
+install on this Python. pip and setuptools are Colab's too. It prints every deviation (Python,
+the local ``+cu128`` build tags PyPI does not serve, each stand-in, each constraint dropped and
+why, and each package the environment holds at another version than Colab's or that Colab does
+not have) and refuses an environment that differs from the list beyond them. The environment is cached in
 ``.venv-colab/`` (or ``$XFL_COLAB_ENV``) and rebuilt only when the list or the Python changes.
-Then it installs exactly the requirements of that first cell, with the repository URL replaced by
-this checkout.
+Then it installs exactly what that first cell installs, with the repository URL replaced by this
+checkout, under the same constraints: an install that needed another version of anything Colab
+has fails here.
 
 `make test` runs ``prepare``: it records the environment's packages before and after that install
 and the deviations (``_build/test-run/colab-env.json``) and registers the environment as the
@@ -37,6 +44,7 @@ import sys
 import tempfile
 import venv
 from pathlib import Path
+from urllib.parse import unquote
 
 from xfl.atomic_files import write_text_atomic  # xfl's own modules import torch; this one does not
 
@@ -48,6 +56,14 @@ RECORD = RUN_DIR / "colab-env.json"  # what `prepare` installed, and where
 KERNELS = RUN_DIR / "jupyter"  # a JUPYTER_PATH entry holding kernels/xfl-colab-like
 
 RUNTIME_LIST = Path(__file__).with_name("colab-runtime.txt")  # Colab's versions, with source and date
+FREEZES = Path(__file__).with_name("colab-freezes")  # Colab's whole `pip freeze`, per runtime
+FREEZE = FREEZES / "2026.08-gpu.txt"  # the runtime colab-runtime.txt is taken from
+OLDER_FREEZES = (FREEZES / "2026.07-gpu.txt", FREEZES / "2026.04-gpu.txt", FREEZES / "2025.07.txt")
+BOOTSTRAP = ("pip", "setuptools")  # installed first, at Colab's versions: pip runs the install cells
+WHEEL_URL = re.compile(r"/[A-Za-z0-9_.]+-(\d[^-/]*)-[^/]*\.whl$")
+CONSTRAINT_CONFLICT = re.compile(r"The user requested \(constraint\) ([A-Za-z0-9_.-]+)==(\S+)")
+NOT_FOUND = re.compile(r"(?:Could not find a version that satisfies the requirement|"
+                       r"No matching distribution found for) ([A-Za-z0-9_.-]+)==([^\s;]+)")
 PIP_INSTALL = re.compile(r"^\s*%pip install (.+)$", re.M)
 MYST_CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.M | re.S)
 GIT_REQUIREMENT = re.compile(r"git\+\S+?(?=[\"'\s]|$)")
@@ -74,6 +90,30 @@ def colab_list(path: Path = RUNTIME_LIST) -> tuple[str, dict[str, str]]:
     if python is None or not pins:
         raise ValueError(f"{path} must hold a '# python X.Y.Z' line and name==version lines")
     return python.group(1), {normalized(name): version for name, version in pins.items()}
+
+
+def read_freeze(path: Path = FREEZE) -> tuple[str, dict[str, str]]:
+    """Colab's Python and ``{package: version}`` from a vendored ``pip freeze`` (``name==version``
+    lines, and ``name @ <wheel URL>`` lines whose version is read from the wheel's file name;
+    ``name @`` a source tree or git URL names no release and is left out)."""
+    text = path.read_text(encoding="utf-8")
+    python = re.search(r"^# python (\d+\.\d+\.\d+)$", text, re.M)
+    pins = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if "==" in line:
+            name, version = line.split("==", 1)
+        else:
+            name, _, url = line.partition(" @ ")
+            found = WHEEL_URL.search(unquote(url.strip()))
+            if not found:
+                continue
+            version = found.group(1)
+        pins[normalized(name.strip())] = version.strip()
+    if python is None or not pins:
+        raise ValueError(f"{path} must hold a '# python X.Y.Z' line and a pip freeze")
+    return python.group(1), pins
 
 
 def _dry_run_ok(env: Path, requirements: list[str]) -> bool:
@@ -131,45 +171,136 @@ def check_against_list(installed: dict[str, str], chosen: dict[str, str]) -> dic
     return {n: (v, have.get(n)) for n, v in chosen.items() if have.get(n, "").split("+")[0] != v}
 
 
-def _install_pinned(env: Path, chosen: dict[str, str]) -> None:
-    """``pip install name==version ...`` into ``env``, without bytecode: the first import writes it
-    (the Makefile says why)."""
-    _pip(env, "install", "-q", "--no-compile", *(f"{n}=={v}" for n, v in chosen.items()))
+def _install_pinned(env: Path, chosen: dict[str, str], constraints: dict[str, str]) -> None:
+    """``pip install name==version ...`` into ``env`` under ``constraints`` (``{name: version}``),
+    without bytecode: the first import writes it (the Makefile says why)."""
+    _pip_constrained(env, [f"{n}=={v}" for n, v in chosen.items()], constraints, "--no-compile")
+
+
+def _pip_constrained(env: Path, args: list[str], constraints: dict[str, str], *flags: str) -> None:
+    """``pip install -q -c <constraints> args`` into ``env``; CalledProcessError carries pip's
+    output (``.output``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pinned = Path(tmp) / "constraints.txt"
+        pinned.write_text("".join(f"{n}=={v}\n" for n, v in sorted(constraints.items())), encoding="utf-8")
+        cmd = [str(python_of(env)), "-m", "pip", "--disable-pip-version-check", "install", "-q",
+               *flags, "-c", str(pinned), *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd, output=proc.stdout + proc.stderr)
+
+
+def refused_constraints(pip_output: str, constraints: dict[str, str]) -> dict[str, str]:
+    """``{package: pip's reason}`` for each constraint pip's failed resolution names: one that
+    conflicts with a requirement (``The user requested (constraint) x==1``, with the ``depends on``
+    lines as reason) or a release pip cannot find for this Python."""
+    reasons = " / ".join(line.strip() for line in pip_output.splitlines() if " depends on " in line)
+    found = {normalized(n): f"pip: {reasons or 'conflicting dependencies'}"
+             for n, _ in CONSTRAINT_CONFLICT.findall(pip_output)}
+    found.update({normalized(n): f"pip found no {n}=={v} for Python {sys.version.split()[0]}"
+                  for n, v in NOT_FOUND.findall(pip_output)})
+    return {n: why for n, why in found.items() if n in constraints}
+
+
+def install_under_freeze(env: Path, chosen: dict[str, str], freeze: dict[str, str],
+                         attempts: int = 12) -> tuple[dict[str, str], list[dict]]:
+    """Install ``chosen`` with Colab's ``freeze`` (local build tags dropped) as constraints;
+    each constraint pip refuses is dropped and the install tried again. Returns the constraints
+    kept and a deviation for each dropped one."""
+    constraints, dropped = public_releases(freeze)[0], []
+    for _ in range(attempts):
+        try:
+            _install_pinned(env, chosen, constraints)
+            return constraints, dropped
+        except subprocess.CalledProcessError as error:
+            refused = refused_constraints(error.output, constraints)
+            if not refused:
+                raise RuntimeError(f"pip failed, naming no constraint of Colab's freeze:\n{error.output[-3000:]}")
+            for name, why in refused.items():
+                dropped.append({"package": name, "colab": freeze[name], "here": None,
+                                "why": f"Colab's pin dropped from the constraints: {why}"})
+                del constraints[name]
+    raise RuntimeError(f"pip still refuses Colab's freeze after {attempts} attempts; dropped {dropped}")
+
+
+REQUIRED_BY = """import json, re
+from importlib import metadata
+found = {}
+for dist in metadata.distributions():
+    for req in dist.requires or []:
+        name = re.split(r"[ ;<>=!~\\[(]", req, maxsplit=1)[0]
+        if "extra ==" not in req:
+            found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), []).append(dist.metadata["Name"])
+print(json.dumps(found))"""
+
+
+def required_by(env: Path) -> dict[str, list[str]]:
+    """``{package: [packages of env that require it]}`` (extras left out)."""
+    out = subprocess.run([str(python_of(env)), "-c", REQUIRED_BY], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def environment_deviations(installed: dict[str, str], freeze: dict[str, str], explained: list[dict],
+                           needs: dict[str, list[str]]) -> list[dict]:
+    """Every package of ``installed`` that Colab's ``freeze`` does not hold at that version (local
+    build tags aside), with ``explained``'s reason where it has one, else who requires it."""
+    reasons = {d["package"]: d["why"] for d in explained}
+    found = []
+    for name, version in sorted((normalized(n), v) for n, v in installed.items()):
+        colab = freeze.get(name)
+        if colab is not None and colab.split("+")[0] == version.split("+")[0]:
+            continue
+        why = reasons.get(name) or (f"required by {', '.join(sorted(needs[name]))}" if needs.get(name)
+                                    else "pip's choice")
+        found.append({"package": name, "colab": colab, "here": version,
+                      "why": why if colab is not None else f"not on Colab; {why}"})
+    return found
 
 
 def ensure_preinstalled(env: Path = DEFAULT_ENV) -> Path:
-    """Create ``env`` with Colab's preinstalled packages (:data:`RUNTIME_LIST`) unless it already
-    holds exactly them; print the deviations."""
+    """Create ``env`` with Colab's preinstalled packages (:data:`RUNTIME_LIST`) under Colab's
+    whole freeze (:data:`FREEZE`) unless it already holds exactly them; print the deviations."""
     colab_python, pins = colab_list()
-    spec = json.dumps({"python": sys.version_info[:2], "list": pins})
+    freeze = read_freeze()[1]
+    spec = json.dumps({"python": sys.version_info[:2], "list": pins, "freeze": freeze})
     stamp = env / ".colab-spec"
     if stamp.exists() and stamp.read_text() == spec and python_of(env).exists():
         return python_of(env)
     stamp.unlink(missing_ok=True)  # a half-built environment is never taken for a finished one
     venv.EnvBuilder(clear=True, with_pip=True).create(env)
+    _pip(env, "install", "-q", "--no-compile", *(f"{n}=={freeze[n]}" for n in BOOTSTRAP))
     chosen, deviations = public_releases(pins)
     try:
-        _install_pinned(env, chosen)
-    except subprocess.CalledProcessError:  # some release does not install here: find which
+        constraints, dropped = install_under_freeze(env, chosen, freeze)
+    except RuntimeError:  # some release of the list does not install here: find which
         chosen, stood_in = stand_ins(env, chosen)
         deviations += stood_in
-        _install_pinned(env, chosen)
+        constraints, dropped = install_under_freeze(env, chosen, {n: v for n, v in freeze.items()
+                                                                  if n not in {d["package"] for d in stood_in}})
     missing = check_against_list(installed_versions(env), chosen)
     if missing:
         raise RuntimeError(f"the Colab-like environment differs from {RUNTIME_LIST.name}: {missing}")
     deviations.insert(0, {"package": "python", "colab": colab_python, "here": sys.version.split()[0],
                           "why": "the Python this environment is built with"})
+    deviations += environment_deviations(installed_versions(env), freeze, deviations + dropped,
+                                         required_by(env))
+    deviations += [d for d in dropped if d["package"] not in {e["package"] for e in deviations}]
     write_text_atomic(env / "colab-deviations.json", json.dumps(deviations, indent=1))
+    write_text_atomic(env / "colab-constraints.json", json.dumps(constraints, indent=1, sort_keys=True))
     stamp.write_text(spec)
     return python_of(env)
 
 
 def print_deviations(env: Path = DEFAULT_ENV) -> list[dict]:
-    """Print and return how ``env`` differs from Colab's list (written when it was built)."""
+    """Print and return how ``env`` differs from Colab's list and freeze (written when it was
+    built): every package at another version than Colab's, not on Colab, or pinned by Colab and
+    left out here."""
     deviations = json.loads((env / "colab-deviations.json").read_text(encoding="utf-8"))
     for d in deviations:
+        here = d["here"] or "not installed"
+        colab = f"Colab has {d['colab']}" if d["colab"] else "Colab has none"
         if d["colab"] != d["here"]:
-            print(f"colab-like: {d['package']} {d['here']} where Colab has {d['colab']} ({d['why']})")
+            print(f"colab-like: {d['package']} {here} where {colab} ({d['why']})")
     return deviations
 
 
@@ -180,27 +311,38 @@ def pip_installs(cell: str, checkout: Path = ROOT) -> list[list[str]]:
             for line in PIP_INSTALL.findall(cell)]
 
 
-def first_cell_requirements(notebook: Path, checkout: Path = ROOT) -> list[str]:
-    """The requirements a chapter's first code cell installs, with its git URL pointing at
-    ``checkout``."""
+def published_installs(cell: str, checkout: Path = ROOT) -> list[list[str]]:
+    """The ``%pip install`` commands of the install ``cell`` as the book publishes it
+    (``tools.book.publish.install_cell``: xfl without dependencies, then what Colab lacks), git URLs
+    pointing at ``checkout``."""
+    from tools.book.publish import install_cell, missing_on_colab  # standard library only
+
+    return pip_installs(install_cell(cell, None, "any", missing_on_colab(checkout)), checkout)
+
+
+def first_code_cell(notebook: Path) -> str:
+    """The source of ``notebook``'s first code cell (a chapter's install cell)."""
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    first = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
-    installs = pip_installs(first, checkout)
-    if not installs:
-        raise ValueError(f"the first code cell of {notebook} runs no `%pip install`:\n{first}")
-    return [a for a in installs[0] if not a.startswith("-")]
+    return "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+
+
+def same_installs(found: dict[str, list[list[str]]], what: str) -> list[list[str]]:
+    """The one list of install commands every entry of ``found`` (``{name: commands}``) runs;
+    ValueError unless all agree and install something."""
+    distinct = {json.dumps(commands) for commands in found.values()}
+    if len(distinct) != 1 or json.loads(next(iter(distinct))) == []:
+        raise ValueError(f"the {what}' install cells differ or install nothing: {found}")
+    return json.loads(distinct.pop())
 
 
 def exercises_installs(root: Path = ROOT) -> list[list[str]]:
-    """The ``%pip install`` commands of every exercise notebook's first code cell (read from
+    """The ``%pip install`` commands of every published exercise notebook's first code cell (from
     ``chapters/*/exercises.md``); ValueError unless every one installs the same."""
     found = {}
     for source in sorted(root.glob("chapters/*/exercises.md")):
         first = MYST_CODE_CELL.search(source.read_text(encoding="utf-8"))
-        found[source.parent.name] = json.dumps(pip_installs(first.group(1) if first else "", root))
-    if len(set(found.values())) != 1 or found and json.loads(next(iter(found.values()))) == []:
-        raise ValueError(f"the exercises' install cells differ or install nothing: {found}")
-    return json.loads(next(iter(found.values())))
+        found[source.parent.name] = published_installs(first.group(1) if first else "", root)
+    return same_installs(found, "exercises")
 
 
 def installed_versions(env: Path) -> dict[str, str]:
@@ -227,8 +369,8 @@ def oldest_claimed(pins: dict[str, str], path: Path = REQUIREMENTS) -> list[str]
 
 
 def install(env: Path, args: list[str], constraints: list[str]) -> None:
-    """``pip install args`` into ``env`` as a notebook's install cell does, the packages Colab
-    lacks held at ``constraints`` (``name==version``)."""
+    """``pip install args`` into ``env`` as a notebook's install cell does, under ``constraints``
+    (``name==version``: Colab's freeze, the oldest claimed versions of what Colab lacks)."""
     with tempfile.TemporaryDirectory() as tmp:
         pinned = Path(tmp) / "constraints.txt"
         pinned.write_text("\n".join(constraints) + "\n", encoding="utf-8")
@@ -240,12 +382,17 @@ def chapter_notebooks(root: Path = ROOT) -> list[Path]:
     return sorted(root.glob("chapters/*/*.ipynb"))
 
 
-def chapters_requirements(root: Path = ROOT) -> list[str]:
-    """What the chapters' first cells install; ValueError unless every chapter installs the same."""
-    found = {json.dumps(first_cell_requirements(nb, root)) for nb in chapter_notebooks(root)}
-    if len(found) != 1:
-        raise ValueError(f"the chapters' install cells differ: {sorted(found)}")
-    return json.loads(found.pop())
+def chapters_installs(root: Path = ROOT) -> list[list[str]]:
+    """The ``%pip install`` commands of every published chapter's first cell; ValueError unless
+    every chapter installs the same."""
+    return same_installs({nb.parent.name: published_installs(first_code_cell(nb), root)
+                          for nb in chapter_notebooks(root)}, "chapters")
+
+
+def freeze_constraints(env: Path) -> list[str]:
+    """``name==version`` for each pin of Colab's freeze that ``env`` was built under."""
+    kept = json.loads((env / "colab-constraints.json").read_text(encoding="utf-8"))
+    return [f"{name}=={version}" for name, version in sorted(kept.items())]
 
 
 def register_kernel(env: Path, jupyter_dir: Path) -> Path:
@@ -259,20 +406,22 @@ def register_kernel(env: Path, jupyter_dir: Path) -> Path:
 
 
 def prepare(env: Path = DEFAULT_ENV, jupyter_dir: Path = KERNELS, record: Path = RECORD) -> dict:
-    """Build ``env`` if needed, install the chapters' requirements as their first cell does (what
-    Colab lacks at the oldest versions requirements.txt claims), then what the exercise
-    notebooks' first cell installs; register the kernel and record the versions before, after
-    the chapters' install and after the exercises' (``before``, ``after``, ``after_exercises``)."""
+    """Build ``env`` if needed, run the published chapters' install commands (what Colab lacks at
+    the oldest versions requirements.txt claims, all of Colab's freeze held as constraints), then
+    the exercise notebooks'; register the kernel and record the versions before, after the
+    chapters' install and after the exercises' (``before``, ``after``, ``after_exercises``)."""
     ensure_preinstalled(env)
-    requirements, constraints = chapters_requirements(), oldest_claimed(colab_list()[1])
+    chapter_installs = chapters_installs()
+    constraints = oldest_claimed(colab_list()[1]) + freeze_constraints(env)
     before = installed_versions(env)
     _pip(env, "uninstall", "-q", "-y", "xfl")  # this checkout's xfl, fresh each time
-    install(env, requirements, constraints)
+    for args in chapter_installs:
+        install(env, args, constraints)
     after = installed_versions(env)
     exercise_installs = exercises_installs()
     for args in exercise_installs:
         install(env, args, constraints)
-    facts = {"env": str(env.resolve()), "requirements": requirements, "constraints": constraints,
+    facts = {"env": str(env.resolve()), "chapter_installs": chapter_installs, "constraints": constraints,
              "before": before, "after": after, "exercise_installs": exercise_installs,
              "after_exercises": installed_versions(env), "deviations": print_deviations(env),
              "kernel": KERNEL, "kernelspec": str(register_kernel(env, jupyter_dir))}
