@@ -120,7 +120,7 @@ book: $(STAMP) $(if $(NPM),$(VENDOR)) exercise-pages
 	@$(if $(NPM),,echo "npm not found: the book will load MathJax and the widget scripts from their CDNs (online only).")
 	$(PROFILE_ENV) $(BIN)/python -m tools.book.config --assets $(ASSETS) -o _build/book_config.yml
 	$(PROFILE_ENV) $(BIN)/jupyter-book build -W -n --keep-going --all --config _build/book_config.yml .
-	@echo "Open _build/html/index.html"
+	@echo "The book is built. Open it in a browser: file://$(CURDIR)/_build/html/index.html"
 
 # Every chapter under nbval on this machine's CUDA GPU (a workstation's, a rented one): the GPU's
 # own precision (bf16 + compile from capability 8.0), and the training chapters again in fp16, the
