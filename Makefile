@@ -159,6 +159,12 @@ colab-base:
 colab-env: $(STAMP) colab-base
 	$(PYTHON) -m tools.env.colab_env prepare
 
+# What the published install cells would do on Colab's runtimes, today's and older ones (pip's dry
+# run against each vendored freeze and its Python; nothing runs there) -> bench/results/colab_old_runtimes.json
+.PHONY: colab-old-check
+colab-old-check: $(STAMP)
+	$(BIN)/python -m tools.env.colab_env old-runtimes
+
 # Everything the tests need, built side by side: both environments, npm, Chromium, exercises.
 # colab-base comes first in the list, so that under -j its download starts beside .venv's.
 test-setup: colab-base $(STAMP) $(VENDOR) exercise-pages browser-deps sandbox-deps colab-env

@@ -129,3 +129,38 @@ def test_xfl_version_attribute_is_the_description():
     assert xfl.__version__ == version.describe()
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         xfl.nothing  # noqa: B018
+
+
+def test_the_setup_page_prints_each_training_chapters_t4_range():
+    """book/setup.md's T4 range table holds, per chapter with a pessimistic estimate, the rule's
+    minutes it announces, the pessimistic ones (xfl.runtime.T4_SLOW_MINUTES) and the excess."""
+    import re
+
+    from xfl.runtime import COLAB_LIMIT_MINUTES, T4_SLOW_MINUTES
+
+    setup = (REPO_ROOT / "book" / "setup.md").read_text(encoding="utf-8")
+    found = re.findall(r"^\| ([^|]+?) \| about (\d+) min \| about (\d+) min \| (?:up to \d+ min|—) \|$", setup, re.M)
+    rows = {title: (int(rule), int(slow)) for title, rule, slow in found}
+    assert len(rows) == len(T4_SLOW_MINUTES)
+    for chapter, slow in T4_SLOW_MINUTES.items():
+        source = next((REPO_ROOT / "chapters" / chapter).glob("[!e]*.md")).read_text(encoding="utf-8")
+        title = re.search(r"^# (.+)$", source, re.M).group(1)
+        rule = int(re.search(r"t4_minutes=(\d+)", source).group(1))
+        assert rows[title] == (rule, slow), chapter
+        excess = f"up to {slow - COLAB_LIMIT_MINUTES} min" if slow > COLAB_LIMIT_MINUTES else "—"
+        assert f"| about {rule} min | about {slow} min | {excess} |" in setup, chapter
+
+
+def test_the_committed_old_runtime_check_found_nothing_changed():
+    """`make colab-old-check` (bench/results/colab_old_runtimes.json): pip's resolution of the
+    published install cells on today's Colab runtime and three older ones changes none of their
+    packages, and it resolved the commands the cells run now (else: run it again)."""
+    record = json.loads((REPO_ROOT / "bench" / "results" / "colab_old_runtimes.json").read_text(encoding="utf-8"))
+    freezes = (colab_env.FREEZE, *colab_env.OLDER_FREEZES)
+    cells = {"chapters": colab_env.chapters_installs(), "exercises": colab_env.exercises_installs()}
+    assert [(r["runtime"], r["cell"]) for r in record["results"]] == [(f.name, c) for f in freezes for c in cells]
+    for result in record["results"]:
+        assert result["changes"] == {}, result["runtime"]
+        assert result["resolved_by_pip"] == [a for a in cells[result["cell"]] if "--no-deps" not in a]
+        assert {"xfl", "sacrebleu"} <= set(result["adds"]) and "torch" not in result["adds"]
+        assert result["python"] == colab_env.read_freeze(REPO_ROOT / "tools/env/colab-freezes" / result["runtime"])[0]

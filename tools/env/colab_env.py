@@ -29,8 +29,10 @@ share, 1.2 GB, meant building it after ``.venv``; side by side the two builds to
 one after the other 306 s.)
 
 Usage (from the repository root):
-    python -m tools.env.colab_env            # create or update .venv-colab, print its deviations
-    python -m tools.env.colab_env prepare    # ... install this checkout's xfl, record, register
+    python -m tools.env.colab_env               # create or update .venv-colab, print its deviations
+    python -m tools.env.colab_env prepare       # ... install this checkout's xfl, record, register
+    python -m tools.env.colab_env old-runtimes  # pip's dry run of the install cells on each Colab
+                                                # runtime's freeze -> bench/results/colab_old_runtimes.json
 """
 
 from __future__ import annotations
@@ -429,16 +431,94 @@ def prepare(env: Path = DEFAULT_ENV, jupyter_dir: Path = KERNELS, record: Path =
     return facts
 
 
+OLD_RUNTIMES_RESULT = ROOT / "bench" / "results" / "colab_old_runtimes.json"
+
+
+def header(freeze: Path) -> str:
+    """A vendored freeze's first line: its source, commit and date."""
+    return freeze.read_text(encoding="utf-8").splitlines()[0].lstrip("# ").strip()
+
+
+def would_install(args: list[str], python: str, constraints: dict[str, str]) -> dict[str, str]:
+    """``{package: version}`` that ``pip install args`` would install from nothing on ``python``
+    (``3.12``) under ``constraints``, by pip's resolver (``--dry-run --report``, wheels only);
+    RuntimeError with pip's output when it cannot resolve."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pinned, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
+        pinned.write_text("".join(f"{n}=={v}\n" for n, v in sorted(constraints.items())), encoding="utf-8")
+        cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "-q", "--dry-run",
+               "--ignore-installed", "--only-binary=:all:", "--python-version", python,
+               "-c", str(pinned), "--report", str(report), *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"pip cannot resolve {args} for Python {python}:\n{(proc.stdout + proc.stderr)[-2000:]}")
+        found = json.loads(report.read_text(encoding="utf-8"))["install"]
+    return {normalized(p["metadata"]["name"]): p["metadata"]["version"] for p in found}
+
+
+def check_runtime(freeze: Path, commands: list[list[str]]) -> dict:
+    """What the published install ``commands`` would do on the Colab runtime of ``freeze``: each
+    command's additions and changes (a package the runtime has, at another version), resolved by
+    pip against that runtime's Python with its freeze as constraints (``--no-deps`` commands
+    install exactly their arguments); and xfl's lower bounds the runtime's versions are below
+    (xfl runs there untested)."""
+    colab_python, pins = read_freeze(freeze)
+    python = ".".join(colab_python.split(".")[:2])
+    added, changed, resolved = {}, {}, []
+    for args in commands:
+        if "--no-deps" in args:
+            named = [a for a in args if not a.startswith("-")]
+            got = {normalized(a.split("==")[0]): a.split("==")[1] for a in named if "==" in a}
+            got.update({normalized(a.split(" @ ")[0]): "(this checkout)" for a in named if " @ " in a})
+        else:
+            got = would_install(args, python, public_releases(pins)[0])
+            resolved.append(args)
+        added.update({n: v for n, v in got.items() if n not in pins})
+        changed.update({n: (pins[n], v) for n, v in got.items()
+                        if n in pins and pins[n].split("+")[0] != v.split("+")[0]})
+    below = {n: (pins.get(n), v) for n, v in lower_bounds().items()
+             if n in pins and _release(pins[n]) < _release(v)}
+    return {"runtime": freeze.name, "source": header(freeze), "python": colab_python,
+            "resolved_by_pip": resolved, "adds": added, "changes": changed,
+            "below_xfl_lower_bounds": below}
+
+
+def check_old_runtimes(out: Path = OLD_RUNTIMES_RESULT) -> list[dict]:
+    """``check_runtime`` for today's runtime and each older one, for the chapters' and the
+    exercises' published install cells; written to ``out`` and printed."""
+    import datetime
+
+    results = []
+    for freeze in (FREEZE, *OLDER_FREEZES):
+        for cell, commands in (("chapters", chapters_installs()), ("exercises", exercises_installs())):
+            result = {"cell": cell, **check_runtime(freeze, commands)}
+            results.append(result)
+            print(f"colab-old-check: {freeze.name} (Python {result['python']}), {cell}' cell: "
+                  f"changes {result['changes'] or 'nothing'}; adds {sorted(result['adds'])}; "
+                  f"below xfl's lower bounds (untested there): {result['below_xfl_lower_bounds'] or 'none'}")
+    record = {"what": "pip's resolution of the published install cells on each Colab runtime "
+                      "(dry run against its freeze and Python; nothing installed or executed there)",
+              "date": datetime.date.today().isoformat(), "pip": subprocess.run(
+                  [sys.executable, "-m", "pip", "--version"], capture_output=True, text=True).stdout.split(" from")[0],
+              "results": results}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, json.dumps(record, indent=1) + "\n")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["prepare"]:
         facts = prepare()
         print(f"colab-like: xfl installed into {facts['env']}; kernel {KERNEL} in {facts['kernelspec']}")
+    elif args == ["old-runtimes"]:
+        results = check_old_runtimes()
+        return 1 if any(r["changes"] for r in results) else 0
     elif not args:
         print(ensure_preinstalled())
         print_deviations()
     else:
-        print(f"usage: python -m tools.env.colab_env [prepare], not {args}", file=sys.stderr)
+        print(f"usage: python -m tools.env.colab_env [prepare | old-runtimes], not {args}", file=sys.stderr)
         return 2
     return 0
 
