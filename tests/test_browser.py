@@ -2,8 +2,10 @@
 
 Each page must load with no script errors, no failed or 4xx/5xx requests and no request that
 leaves 127.0.0.1; its maths must be typeset by MathJax 3, its images decoded and its widgets
-rendered. No code or output block may need a horizontal scroll bar in a 1,300-pixel-wide
-window (`book/static/xfl.css` wraps them). The search box must find a chapter. Chapter 1's page is saved as a screenshot
+rendered. In a 1,300-pixel-wide window no line of code or printed output may wrap onto a second
+screen line (`book/static/xfl.css` keeps each whole: a long one scrolls inside its own box), no
+table may break a word or be cut off, and the page itself may not scroll sideways (nor at phone
+width). The search box must find a chapter. Chapter 1's page is saved as a screenshot
 under `_build/screenshots/` for the README.
 """
 
@@ -175,20 +177,60 @@ def unrendered_widgets(page) -> list[str]:
     return [] if rendered >= views else [f"{views} widget views, {rendered} rendered"]
 
 
-def sideways_scrolling(page) -> list[str]:
-    """Code and output blocks (and the page itself) wider than the box that shows them."""
+CODE_BLOCKS = "div.cell_input pre, div.cell_output pre, div.highlight pre, div.output pre"
+
+
+def wrapped_code_lines(page) -> list[str]:
+    """Code and output blocks in which a line wraps onto a second screen line (its continuation
+    would start at column 0 and lose its indentation, a printed table its columns). Measured:
+    each block's height against that of a copy laid out with ``white-space: pre`` (no line can
+    wrap), side by side in the same column."""
+    return page.evaluate("""(selector) => {
+        const found = [];
+        for (const pre of document.querySelectorAll(selector)) {
+            if (!pre.offsetParent) continue;                      // not displayed
+            const copy = pre.cloneNode(true);
+            copy.style.whiteSpace = 'pre';
+            pre.after(copy);
+            const extra = pre.scrollHeight - copy.scrollHeight;
+            const lines = Math.max(1, pre.textContent.replace(/\\n$/, '').split('\\n').length);
+            const lineHeight = (copy.scrollHeight - parseFloat(getComputedStyle(copy).paddingTop)
+                                - parseFloat(getComputedStyle(copy).paddingBottom)) / lines;
+            copy.remove();
+            if (extra > 1)
+                found.push(`about ${Math.round(extra / lineHeight)} screen line(s) of wrapped code or output in: `
+                           + pre.textContent.trim().slice(0, 70));
+        }
+        return found;
+    }""", CODE_BLOCKS)
+
+
+def broken_tables(page) -> list[str]:
+    """Tables in cell outputs that lose their columns: a cell's word broken across two screen
+    lines (a break after a hyphen is a line break, not a broken word), or a table wider than its
+    output that no box lets the reader scroll to."""
     return page.evaluate("""() => {
-        const blocks = document.querySelectorAll(
-            'div.cell, div.cell *, div.highlight, div.highlight *');
-        const found = [...blocks].filter(el => {
-            const overflow = getComputedStyle(el).overflowX;
-            return (overflow === 'auto' || overflow === 'scroll')
-                && el.scrollWidth > el.clientWidth + 1;
-        }).map(el => `scrolls sideways by ${el.scrollWidth - el.clientWidth} px: `
-                     + el.textContent.trim().slice(0, 70));
-        const root = document.documentElement;
-        if (root.scrollWidth > root.clientWidth + 1)
-            found.push(`the page scrolls sideways by ${root.scrollWidth - root.clientWidth} px`);
+        const found = [];
+        for (const table of document.querySelectorAll('div.cell_output table')) {
+            const output = table.closest('div.cell_output');
+            let scrolls = false;
+            for (let el = table.parentElement; el && el !== output.parentElement; el = el.parentElement)
+                scrolls = scrolls || ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+            if (!scrolls && table.getBoundingClientRect().width > output.clientWidth + 1)
+                found.push('a table wider than its output, cut off: ' + table.textContent.trim().slice(0, 70));
+            const walker = document.createTreeWalker(table, NodeFilter.SHOW_TEXT);
+            for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+                for (const word of node.textContent.matchAll(/[^\\s-]+/g)) {
+                    const range = document.createRange();
+                    range.setStart(node, word.index);
+                    range.setEnd(node, word.index + word[0].length);
+                    if (new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1) {
+                        found.push(`a table cell breaks the word ${JSON.stringify(word[0].slice(0, 40))}`);
+                        break;
+                    }
+                }
+            }
+        }
         return found;
     }""")
 
@@ -216,7 +258,9 @@ def test_page_works_offline(tab, book_url, docname):
     found = unfinished_maths(page)
     found += [f"image did not load: {src}" for src in broken_images(page)]
     found += unrendered_widgets(page)
-    found += sideways_scrolling(page)
+    found += wrapped_code_lines(page)
+    found += broken_tables(page)
+    found += page_scrolls_sideways_at(page, VIEWPORT)
     found += [f"at phone width: {problem}" for problem in page_scrolls_sideways_at(page, PHONE)]
     page.wait_for_load_state("networkidle")
     problems = tab.problems + found
