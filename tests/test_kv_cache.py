@@ -10,7 +10,8 @@ from torch import nn
 
 from test_decode import EOS, PAD, SOS, random_model, sources
 from xfl.attention import MultiHeadAttention, causal_mask, causal_padding_mask, newest_queries_mask
-from xfl.cache import KVCache, cross_attention_step, memory_cache, new_stack_cache, self_attention_step
+from xfl.cache import (KVCache, StackCache, cross_attention_step, memory_cache, new_stack_cache,
+                       self_attention_step)
 from xfl.decode import beam_search, greedy_decode, sample
 from xfl.model import GPT, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer, TokenEmbedding
 
@@ -46,13 +47,37 @@ def close(a, b):
 def test_kv_cache_appends_and_reorders_rows():
     cache, k = KVCache(), torch.arange(2 * 3 * 4.0).view(2, 1, 3, 4)  # (B, h, L, d_h)
     keys, values = cache.append(k, -k)
-    assert len(cache) == 3 and keys is k
+    assert len(cache) == 3 and torch.equal(keys, k)
     keys, values = cache.append(k[:, :, :1], -k[:, :, :1])
     assert keys.shape == (2, 1, 4, 4) and torch.equal(values, -keys)
     cache.reorder(torch.tensor([1, 1]))
     assert torch.equal(cache.keys[0], cache.keys[1]) and torch.equal(cache.keys[0, :, :3], k[1])
     with pytest.raises(ValueError, match=r"cached \(B, heads\) = \(2, 1\)"):
         cache.append(k[:1], k[:1])
+
+
+def test_kv_cache_grows_past_its_buffer_and_keeps_every_position():
+    """The buffer starts at 64 positions and doubles (64 -> 128 -> 256): nothing is lost."""
+    cache, k = KVCache(), torch.randn(2, 3, 150, 4)  # (B, h, t, d_h)
+    cache.append(k[:, :, :5], -k[:, :, :5])  # a prompt, then one position a step
+    for t in range(5, 150):
+        keys, values = cache.append(k[:, :, t:t + 1], -k[:, :, t:t + 1])
+    assert len(cache) == 150 and torch.equal(keys, k) and torch.equal(values, -k)
+    cache.reorder(torch.tensor([1, 0]))
+    assert torch.equal(cache.keys, k.flip(0)) and torch.equal(cache.values, -k.flip(0))
+
+
+def test_a_stack_cache_builds_a_mask_only_where_a_position_is_padding():
+    ones = lambda L: torch.ones(2, L, dtype=torch.bool)  # (B, L) keep-mask of real tokens
+    cache = StackCache([])
+    assert cache.extend(ones(3)) == (None, True)  # the prompt: causal, unbuilt
+    assert cache.extend(ones(1)) == (None, False)  # one new position sees every cached one
+    mask, is_causal = cache.extend(ones(2))  # two new positions after cached ones: built
+    assert torch.equal(mask, newest_queries_mask(ones(6), 2)) and not is_causal
+    mask, _ = cache.extend(torch.tensor([[True], [False]]))  # row 1 writes padding
+    assert torch.equal(mask, newest_queries_mask(cache.keep, 1)) and cache.keep.shape == (2, 7)
+    mask, _ = cache.extend(ones(1))  # the padding stays cached: still masked
+    assert mask.shape == (2, 1, 1, 8) and not mask[1, 0, 0, 6] and mask[1, 0, 0, 7]
 
 
 def test_newest_queries_mask_is_the_last_rows_of_the_causal_padding_mask():
@@ -179,6 +204,20 @@ def test_sample_with_and_without_cache(positions, norm_first, max_new):
     assert torch.equal(draw(), uncached) and uncached.shape == (3, 2 + max_new)
     assert torch.equal(draw(temperature=0.5, top_k=3, eos=4), draw(temperature=0.5, top_k=3, eos=4,
                                                                      use_cache=False))
+
+
+@NORMS
+def test_greedy_sampling_is_the_argmax_of_the_full_model_and_draws_nothing(norm_first):
+    """top_k=1: at every step (cached, then past max_len = 8; a left-padded row) the token is the
+    argmax of the uncached model's logits on the last 8 tokens; the generator is left untouched."""
+    model, prefix = gpt_model("learned", norm_first), torch.tensor([[1, 5, 6], [PAD, 7, 3], [4, 4, 4]])
+    generator = torch.Generator().manual_seed(3)
+    state = generator.get_state()
+    tokens = sample(model, prefix, 12, temperature=0.3, top_k=1, generator=generator)
+    assert torch.equal(generator.get_state(), state) and tokens.shape == (3, 15) and tokens.dtype == torch.long
+    for t in range(3, 15):
+        assert torch.equal(tokens[:, t], model(tokens[:, max(0, t - 8):t])[:, -1].argmax(-1)), t
+    assert torch.equal(sample(model, prefix, 12, top_k=1, use_cache=False), tokens)
 
 
 def test_sample_from_a_prefix_longer_than_max_len():

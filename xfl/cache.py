@@ -14,90 +14,137 @@ call them. Each step equals the uncached pass on the whole prefix (``tests/test_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
 from .attention import key_mask, newest_queries_mask
 
 
-@dataclass
 class KVCache:
-    """Keys and values ``(B, heads, t, d_head)`` of the t positions one attention layer has seen."""
+    """Keys and values ``(B, heads, t, d_head)`` of the t positions one attention layer has seen.
 
-    keys: Tensor | None = None
-    values: Tensor | None = None
+    They live in buffers ``(B, heads, capacity, d_head)``: a step writes its positions into the
+    free columns, and ``keys``/``values`` are views of the first t. A full buffer is replaced by
+    one twice as long (at least 64 positions), so a decoding run copies the earlier positions
+    O(log t) times instead of once a step (``torch.cat``). ``KVCache(keys, values)`` holds given
+    tensors (cross-attention's keys and values of the memory, never appended to).
+    """
+
+    def __init__(self, keys: Tensor | None = None, values: Tensor | None = None):
+        self._keys, self._values = keys, values  # (B, heads, capacity, d_head) buffers
+        self._length = 0 if keys is None else keys.shape[2]
+
+    @property
+    def keys(self) -> Tensor | None:
+        return None if self._keys is None else self._keys[:, :, :self._length]
+
+    @property
+    def values(self) -> Tensor | None:
+        return None if self._values is None else self._values[:, :, :self._length]
 
     def __len__(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[2]
+        return self._length
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``k, v (B, heads, L, d_head)`` after the cached positions; return all the keys
         and values, ``(B, heads, t + L, d_head)``."""
-        if self.keys is not None and k.shape[:2] != self.keys.shape[:2]:
+        if self._keys is not None and k.shape[:2] != self._keys.shape[:2]:
             raise ValueError(f"new keys {tuple(k.shape)} need the cached (B, heads) = "
-                             f"{tuple(self.keys.shape[:2])}")
-        self.keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
-        self.values = v if self.values is None else torch.cat([self.values, v], dim=2)
+                             f"{tuple(self._keys.shape[:2])}")
+        t, end = self._length, self._length + k.shape[2]
+        if self._keys is None or end > self._keys.shape[2]:
+            self._keys, self._values = (_longer(old, new, t, end, dim=2)
+                                        for old, new in ((self._keys, k), (self._values, v)))
+        self._keys[:, :, t:end] = k
+        self._values[:, :, t:end] = v
+        self._length = end
         return self.keys, self.values
 
     def reorder(self, rows: Tensor) -> None:
         """Row i becomes the old row ``rows[i]`` (beam search's parent beams): ``rows (B',)`` long."""
-        if self.keys is not None:
-            self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
+        if self._keys is not None:
+            self._keys, self._values = (x.index_select(0, rows) for x in (self._keys, self._values))
 
 
-@dataclass
+def _longer(buffer: Tensor | None, new: Tensor, used: int, needed: int, dim: int) -> Tensor:
+    """A buffer like ``new`` with at least ``needed`` positions along ``dim`` (twice the old
+    length, at least 64), holding ``buffer``'s first ``used`` positions."""
+    old = 0 if buffer is None else buffer.shape[dim]
+    shape = list(new.shape)
+    shape[dim] = max(needed, 2 * old, 64)
+    grown = new.new_empty(shape)
+    if used:
+        grown.narrow(dim, 0, used).copy_(buffer.narrow(dim, 0, used))
+    return grown
+
+
 class StackCache:
     """What incremental decoding keeps for a ``TransformerStack``.
 
     ``layers``: each block's self-attention ``KVCache``; ``keep (B, t)``: which cached positions
-    hold real tokens (no query attends to padding, as in the uncached decoder); for a stack with
-    cross-attention, ``memory``: each block's keys and values of the encoder memory, projected
-    once, and ``memory_keep (B, S)``, the memory's keep-mask.
+    hold real tokens (no query attends to padding, as in the uncached decoder; a buffer like the
+    keys'); for a stack with cross-attention, ``memory``: each block's keys and values of the
+    encoder memory, projected once, and ``memory_keep (B, S)``, the memory's keep-mask.
+    ``padded``: whether a mask is needed (some cached position is padding, or it is not known).
     """
 
-    layers: list[KVCache]
-    keep: Tensor | None = None  # (B, t) bool
-    memory: list[KVCache] | None = None
-    memory_keep: Tensor | None = None  # (B, S) bool
+    def __init__(self, layers: list[KVCache], memory: list[KVCache] | None = None,
+                 memory_keep: Tensor | None = None):
+        self.layers, self.memory, self.memory_keep = layers, memory, memory_keep  # memory_keep (B, S)
+        self._keep, self._length, self.padded = None, 0, False  # (B, capacity) bool buffer
+
+    @property
+    def keep(self) -> Tensor | None:
+        return None if self._keep is None else self._keep[:, :self._length]
 
     def __len__(self) -> int:
-        return 0 if self.keep is None else self.keep.shape[1]
+        return self._length
 
     def bytes_per_token(self) -> float:
         """Self-attention keys and values held per cached token and sequence, in bytes."""
-        if self.keep is None:
+        if self._keep is None:
             raise ValueError("the cache is empty: run forward_step first")
         total = sum(c.keys.nbytes + c.values.nbytes for c in self.layers)
         return total / self.keep.numel()
 
-    def extend(self, keep_new: Tensor) -> Tensor:
+    def extend(self, keep_new: Tensor) -> tuple[Tensor | None, bool]:
         """Record the newest positions ``keep_new (B, L)``; return their self-attention mask
-        ``(B, 1, L, t + L)``: causal over the cache, padding masked."""
-        self.keep = keep_new if self.keep is None else torch.cat([self.keep, keep_new], dim=1)
-        return newest_queries_mask(self.keep, keep_new.shape[1])
+        ``(B, 1, L, t + L)`` (causal over the cache, padding masked) and whether ``is_causal``
+        stands for it. Without padding no mask is built: one new position sees every cached one
+        (None), and the first L positions of an empty cache are causal (None, True). Padding is
+        looked for on the CPU only (elsewhere it would read a value back each step): on an
+        accelerator the mask is always built."""
+        t, end = self._length, self._length + keep_new.shape[1]
+        if self._keep is None or end > self._keep.shape[1]:
+            self._keep = _longer(self._keep, keep_new, t, end, dim=1)
+        self._keep[:, t:end] = keep_new
+        self._length = end
+        self.padded = self.padded or keep_new.device.type != "cpu" or not bool(keep_new.all())
+        if not self.padded and (t == 0 or end == t + 1):
+            return None, end > t + 1
+        return newest_queries_mask(self.keep, end - t), False
 
     def reorder(self, rows: Tensor) -> None:
         """Row i continues the old row ``rows[i]`` (beam search's parent beams); ``rows`` long."""
         for cache in self.layers + (self.memory or []):
             cache.reorder(rows)
-        self.keep = None if self.keep is None else self.keep.index_select(0, rows)
+        self._keep = None if self._keep is None else self._keep.index_select(0, rows)
         if self.memory_keep is not None:
             self.memory_keep = self.memory_keep.index_select(0, rows)
 
 
 # ------------------------------------------------------------------ one attention layer
-def self_attention_step(attn: nn.Module, query: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
+def self_attention_step(attn: nn.Module, query: Tensor, cache: KVCache, mask: Tensor | None = None,
+                        is_causal: bool = False) -> Tensor:
     """Self-attention of the newest positions ``query (B, L, D)`` over the cached ones and
     themselves (``attn`` a ``MultiHeadAttention``); their keys and values are appended to
-    ``cache``. ``mask`` broadcasts to ``(B, heads, L, t + L)``. Returns ``(B, L, D)``."""
+    ``cache``. ``mask`` broadcasts to ``(B, heads, L, t + L)``; ``is_causal`` (an empty cache, no
+    mask) is the causal mask unbuilt. Returns ``(B, L, D)``."""
     attn.check_inputs(query, None, None)
     q, k, v = (attn.split_heads(x) for x in attn.project(query, None, None))  # (B, h|kv, L, d_h)
     q, k = attn.position_heads(q, k, len(cache))
     k, v = cache.append(k, v)  # (B, kv, t + L, d_h): only the kv heads are stored
-    return attn.attend(q, k, v, mask)
+    return attn.attend(q, k, v, mask, is_causal=is_causal)
 
 
 def memory_cache(attn: nn.Module, memory: Tensor) -> KVCache:
@@ -118,11 +165,13 @@ def cross_attention_step(attn: nn.Module, query: Tensor, cache: KVCache, mask: T
 
 # ------------------------------------------------------------------------ blocks, stacks
 def block_step(block: nn.Module, x: Tensor, cache: KVCache, mask: Tensor | None = None,
-               memory: KVCache | None = None, memory_mask: Tensor | None = None) -> Tensor:
+               memory: KVCache | None = None, memory_mask: Tensor | None = None,
+               is_causal: bool = False) -> Tensor:
     """``TransformerBlock.forward`` for the newest positions ``x (B, L, D)`` only: self-attention
-    over ``cache``, cross-attention over ``memory`` (a ``memory_cache``). Returns ``(B, L, D)``."""
+    over ``cache`` (``mask`` or ``is_causal``, as in ``self_attention_step``), cross-attention
+    over ``memory`` (a ``memory_cache``). Returns ``(B, L, D)``."""
     block.check_memory(memory)
-    x = block.residuals[0](x, lambda h: self_attention_step(block.self_attn, h, cache, mask))
+    x = block.residuals[0](x, lambda h: self_attention_step(block.self_attn, h, cache, mask, is_causal))
     if block.cross_attn is not None:
         x = block.residuals[1](x, lambda h: cross_attention_step(block.cross_attn, h, memory, memory_mask))
     return block.residuals[-1](x, block.ffn)
@@ -146,9 +195,9 @@ def stack_step(stack: nn.Module, x: Tensor, keep: Tensor, cache: StackCache) -> 
     """A ``TransformerStack`` on the newest positions ``x (B, L, D)`` after the t cached ones;
     ``keep (B, L)`` is False where they are padding. Same rows as the stack on all t + L positions
     under a causal padding mask; appends to ``cache``. Returns ``(B, L, D)``."""
-    mask = cache.extend(keep)  # (B, 1, L, t + L)
+    mask, is_causal = cache.extend(keep)  # (B, 1, L, t + L), or None when nothing is masked
     memories = cache.memory or [None] * len(stack.layers)
     memory_mask = None if cache.memory_keep is None else key_mask(cache.memory_keep)  # (B, 1, 1, S)
     for layer, layer_cache, memory in zip(stack.layers, cache.layers, memories):
-        x = block_step(layer, x, layer_cache, mask, memory, memory_mask)
+        x = block_step(layer, x, layer_cache, mask, memory, memory_mask, is_causal)
     return stack.final_norm(x)

@@ -28,6 +28,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from .attention import trusted_inputs
 from .inference import eval_mode
 from .model import check_token_ids
 
@@ -106,33 +107,35 @@ def sample(model: nn.Module, prefix: Tensor, max_new: int, temperature: float = 
     """Continue ``prefix (B, L)`` with a decoder-only model by sampling up to ``max_new`` tokens.
 
     ``temperature`` divides the logits (-> 0 approaches greedy); ``top_k`` keeps only the k
-    most likely tokens. Rows stop growing after ``eos`` (they are padded with it). The model
-    sees the last ``model.config.max_len`` tokens. ``use_cache`` keeps a key-value cache (causal
-    models) until the sequence outgrows ``max_len``; from then on every step re-runs the window,
-    as without a cache (its positions shift, so cached keys would be stale). Same tokens either
-    way for the same ``generator``. Returns ``(B, L + n)`` with n <= max_new.
+    most likely tokens, and ``top_k=1`` is greedy decoding: each step takes the argmax (the first
+    on a tie) and draws nothing from ``generator``. Rows stop growing after ``eos`` (they are
+    padded with it). The model sees the last ``model.config.max_len`` tokens. ``use_cache`` keeps
+    a key-value cache (causal models) until the sequence outgrows ``max_len``; from then on every
+    step re-runs the window, as without a cache (its positions shift, so cached keys would be
+    stale). Same tokens either way for the same ``generator``. Returns ``(B, L + n)`` long, with
+    n <= max_new.
     """
     _check_sampling(model, prefix, max_new, temperature, top_k, eos)
-    tokens, done = prefix, torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
-    with eval_mode(model):
+    if max_new == 0:
+        return prefix
+    (B, L), window = prefix.shape, model.config.max_len
+    tokens = torch.empty(B, L + max_new, dtype=torch.long, device=prefix.device)  # filled to column t
+    tokens[:, :L] = prefix
+    done = torch.zeros(B, dtype=torch.bool, device=prefix.device)
+    with eval_mode(model), trusted_inputs():  # the prefix is checked; the rest are the model's ids
         cache = model.new_cache() if use_cache and _can_cache(model) else None
-        for _ in range(max_new):
-            window = model.config.max_len
-            if cache is not None and tokens.shape[1] <= window:
-                logits = model.forward_step(tokens[:, len(cache):], cache)[:, -1]  # (B, V): new tokens only
+        for t in range(L, L + max_new):
+            if cache is not None and t <= window:
+                logits = model.forward_step(tokens[:, len(cache):t], cache)[:, -1]  # (B, V): new tokens only
             else:
-                logits = model(tokens[:, -window:])[:, -1]  # (B, V): the last max_len tokens again
-            logits = logits.float() / temperature
-            if top_k is not None:
-                kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)  # (B, 1)
+                logits = model(tokens[:, max(0, t - window):t])[:, -1]  # (B, V): the last max_len tokens again
+            nxt = _next_token(logits, temperature, top_k, generator)  # (B,)
             if eos is not None:
-                nxt = nxt.masked_fill(done[:, None], eos)  # a finished row repeats EOS
-                done |= nxt[:, 0] == eos
-            tokens = torch.cat([tokens, nxt], dim=1)  # (B, t + 1)
+                nxt = nxt.masked_fill(done, eos)  # a finished row repeats EOS
+                done |= nxt == eos
+            tokens[:, t] = nxt
             if eos is not None and done.all():
-                break
+                return tokens[:, :t + 1].clone()
     return tokens
 
 
@@ -147,6 +150,19 @@ def sequence_log_prob(model: nn.Module, src: Tensor, hypothesis: list[int], sos:
 
 
 # ------------------------------------------------------------------ shared steps
+def _next_token(logits: Tensor, temperature: float, top_k: int | None,
+                generator: torch.Generator | None) -> Tensor:
+    """One token per row of ``logits (B, V)``: the argmax for ``top_k=1``, else a draw from the
+    softmax of the ``top_k`` best logits over ``temperature``. Returns ``(B,)`` long."""
+    if top_k == 1:
+        return logits.argmax(dim=-1)  # greedy: dividing by the temperature changes no argmax
+    logits = logits.float() / temperature
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+
+
 def _next_log_probs(model: nn.Module, tgt: Tensor, memory: Tensor, src_keep: Tensor,
                     never: list[int], cache=None) -> Tensor:
     """Log-probabilities of the next token after each row of ``tgt (B, t)``: ``(B, V)``.

@@ -13,6 +13,12 @@ The bridges between the two implementations (chapters/ch10_modern/modern_block.m
 - Dropout: Llama has attention dropout only; xfl also drops on the residual branches. The two
   agree in eval mode (or with ``dropout=0``).
 
+``to_gpt2(model)`` does the same for a ``GPT`` built as GPT-2 (``GPT2_OPTIONS``: Pre-LN LayerNorm,
+learned positions, tanh-GELU feed-forward, unscaled embeddings, tied head) and Hugging Face's
+``GPT2LMHeadModel`` (``bench/generate_hf.py`` times the two generating the same tokens). GPT-2's
+``Conv1D`` layers store ``(in, out)`` weights, the transpose of ``nn.Linear``'s; its ``c_attn``
+holds W_Q, W_K, W_V side by side, as xfl's ``in_proj`` does (transposed).
+
 Needs ``transformers`` (imported on call).
 """
 
@@ -98,4 +104,51 @@ def to_hugging_face(model: GPT, rope_halves: bool = True, scale_embedding: bool 
         copy_block(block, layer, rope_halves)
     hf.model.norm.weight.copy_(model.blocks.final_norm.weight)
     hf.lm_head.weight.copy_(model.output.weight)
+    return hf.eval()
+
+
+# ------------------------------------------------------------------------------ GPT-2
+# what to_gpt2 needs of a GPTConfig: (field, value)
+GPT2_OPTIONS = (("norm", "layer"), ("positions", "learned"), ("ffn", "mlp"), ("activation", "gelu_tanh"),
+                ("scale_embedding", False), ("bias", True), ("norm_first", True), ("causal", True),
+                ("num_kv_heads", None), ("qk_norm", False), ("tie_output", True))
+
+
+def check_gpt2(model: GPT) -> None:
+    """Refuse a model whose config is not GPT-2's block, naming the field."""
+    for field, value in GPT2_OPTIONS:
+        got = getattr(model.config, field)
+        if got != value and not (field == "num_kv_heads" and got == model.config.num_heads):
+            raise ValueError(f"to_gpt2 needs {field}={value!r}, got {field}={got!r}")
+
+
+def gpt2_config(model: GPT):
+    """The ``GPT2Config`` of ``model``'s sizes: no dropout, no BOS/EOS (generation runs its length)."""
+    from transformers import GPT2Config
+    c, block = model.config, model.blocks.layers[0]
+    return GPT2Config(vocab_size=c.vocab_size, n_positions=c.max_len, n_embd=c.d_model,
+                      n_layer=c.num_layers, n_head=c.num_heads, n_inner=block.ffn[0].out_features,
+                      activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                      layer_norm_epsilon=block.residuals[0].norm.eps, bos_token_id=None,
+                      eos_token_id=None, pad_token_id=c.pad_id)
+
+
+@torch.no_grad()
+def to_gpt2(model: GPT):
+    """A randomly initialised ``GPT2LMHeadModel`` holding ``model``'s weights, in eval mode and
+    ``model``'s dtype: the same logits (``tests/test_generate_hf.py``)."""
+    from transformers import GPT2LMHeadModel
+    check_gpt2(model)
+    hf = GPT2LMHeadModel(gpt2_config(model)).to(model.output.weight)
+    hf.transformer.wte.weight.copy_(model.embed.table.weight)  # the head is tied to it
+    hf.transformer.wpe.weight.copy_(model.embed.positions)
+    for block, layer in zip(model.blocks.layers, hf.transformer.h):
+        linears = ((layer.attn.c_attn, block.self_attn.in_proj), (layer.attn.c_proj, block.self_attn.out_proj),
+                   (layer.mlp.c_fc, block.ffn[0]), (layer.mlp.c_proj, block.ffn[3]))
+        for conv, linear in linears:  # Conv1D: x @ W + b with W (in, out)
+            conv.weight.copy_(linear.weight.T)
+            conv.bias.copy_(linear.bias)
+        for norm, mine in ((layer.ln_1, block.residuals[0].norm), (layer.ln_2, block.residuals[1].norm)):
+            norm.load_state_dict(mine.state_dict())
+    hf.transformer.ln_f.load_state_dict(model.blocks.final_norm.state_dict())
     return hf.eval()
