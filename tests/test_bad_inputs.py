@@ -272,3 +272,192 @@ def test_tokenize_normalises_before_lowering_and_drops_controls(text, expected):
     from xfl.data.text import tokenize
     assert tokenize(text) == expected
     assert all("\u0307" not in t and t.encode("utf-8") for t in tokenize(text))
+
+
+# ------------------------------------- issue 63: the report's 20 unclear cases (attacks.md, 4b)
+# Metadata checks only (dtype, device, rank, shape, a size before allocating): free in a training
+# step. The inputs on another device are made with torch.empty on "meta" (randn there takes 18 s).
+def test_multi_head_attention_float64_input():
+    with pytest.raises(ValueError, match=r"query must have the weights' dtype torch.float32, got torch.float64 "
+                                         r"\(convert with query.to\(torch.float32\)"):
+        MultiHeadAttention(16, 2)(torch.randn(2, 5, 16).double())
+
+
+def test_multi_head_attention_integer_input():
+    with pytest.raises(ValueError, match=r"query must be floating point \(the weights are torch.float32\), "
+                                         r"got torch.int64"):
+        MultiHeadAttention(16, 2)(torch.ones(2, 5, 16, dtype=torch.long))
+
+
+def test_multi_head_attention_takes_any_float_under_autocast():
+    """Under autocast a block hands bf16 activations to fp32 weights: not refused."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = MultiHeadAttention(16, 2)(torch.randn(2, 5, 16).bfloat16())
+    assert out.shape == (2, 5, 16) and out.dtype == torch.bfloat16
+
+
+def test_multi_head_attention_input_on_another_device():
+    with pytest.raises(ValueError, match=r"key is on meta, the weights on cpu; expected one device "
+                                         r"\(move it with key.to\('cpu'\)\)"):
+        MultiHeadAttention(16, 2)(torch.randn(2, 5, 16), torch.empty(2, 5, 16, device="meta"))
+
+
+def test_gpt_tokens_on_another_device():
+    with pytest.raises(ValueError, match=r"tokens are on meta, the model on cpu; expected one device"):
+        gpt()(torch.empty(2, 3, dtype=torch.long, device="meta"))
+
+
+def test_vit_images_on_another_device():
+    with pytest.raises(ValueError, match=r"images are on meta, the model on cpu; expected one device"):
+        vit()(torch.empty(2, 3, 8, 8, device="meta"))
+
+
+def test_scaled_dot_product_attention_batches_that_do_not_broadcast():
+    with pytest.raises(ValueError, match=r"q, k, v need batch dimensions .* that match or broadcast; shapes "
+                                         r"\(2, 4, 8\), \(3, 4, 8\), \(3, 4, 8\) do not broadcast"):
+        scaled_dot_product_attention(torch.randn(2, 4, 8), torch.randn(3, 4, 8), torch.randn(3, 4, 8))
+
+
+def test_scaled_dot_product_attention_broadcast_batches_still_work():
+    q, k, v = torch.randn(2, 4, 8), torch.randn(1, 4, 8), torch.randn(1, 4, 8)
+    out = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, scaled_dot_product_attention(q, k.expand(2, 4, 8), v.expand(2, 4, 8)))
+
+
+def test_scaled_dot_product_attention_one_dimensional_inputs():
+    with pytest.raises(ValueError, match=r"q, k, v need the same rank >= 2, \(\.\.\., L, d\), got shapes "
+                                         r"\(8,\), \(8,\), \(8,\)"):
+        scaled_dot_product_attention(torch.randn(8), torch.randn(8), torch.randn(8))
+
+
+def test_scaled_dot_product_attention_integer_inputs():
+    q = torch.ones(2, 4, 8, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"q, k, v must be floating point, got torch.int64, torch.int64, torch.int64"):
+        scaled_dot_product_attention(q, q, q)
+
+
+def test_causal_mask_too_large_names_the_length():
+    """10**7 positions: a 100 TB mask, refused before torch.ones is asked for it."""
+    from xfl.attention import causal_mask
+
+    with pytest.raises(ValueError, match=r"causal_mask\(length=10000000\) builds a \(10000000, 10000000\) bool "
+                                         r"mask of [\d,.]+ GiB .* more than the [\d,.]+ GiB of memory on cpu; "
+                                         r"expected a length whose square fits"):
+        causal_mask(10 ** 7)
+
+
+def test_sinusoidal_encoding_too_large_names_the_arguments():
+    from xfl.position import sinusoidal_encoding
+
+    with pytest.raises(ValueError, match=r"sinusoidal_encoding\(length=1000000000000, d_model=512\) builds "
+                                         r"float32 tables of [\d,.]+ GiB .* memory on cpu; expected a length"):
+        sinusoidal_encoding(10 ** 12, 512)
+
+
+def test_gpt_too_large_names_the_config():
+    with pytest.raises(ValueError, match=r"GPTConfig\(d_model=1048576, d_hidden=None, max_len=128, num_layers=4, "
+                                         r"vocab_size=11\) gives at least [\d,]+ float32 weights of [\d,.]+ GiB"
+                                         r".*; expected a smaller d_model"):
+        GPT(GPTConfig(vocab_size=VOCAB, d_model=2 ** 20, num_heads=8))
+
+
+def test_causal_mask_of_a_bool_length():
+    from xfl.attention import causal_mask
+
+    with pytest.raises(ValueError, match="length must be a positive int, got True"):
+        causal_mask(True)
+
+
+def test_vit_channels_last_images():
+    with pytest.raises(ValueError, match=r"images must have 3 channels \(in_channels\), got 8 in shape "
+                                         r"\(2, 8, 8, 3\); its last dimension holds the channels, \(B, H, W, C\): "
+                                         r"expected \(B, C, H, W\), use images.permute\(0, 3, 1, 2\)"):
+        vit()(torch.rand(2, 8, 8, 3))
+
+
+@pytest.mark.parametrize("field", ["num_classes", "num_layers", "d_model", "in_channels", "d_hidden"])
+def test_vit_config_sizes_below_one(field):
+    """num_classes=0 used to build a model of (B, 0) logits, silently."""
+    with pytest.raises(ValueError, match=rf"ViTConfig\.{field} must be an int >= 1, got 0"):
+        ViTConfig(**{field: 0})
+
+
+@pytest.mark.parametrize("rows, shown", [([["a", "b"]], r"'a' \(str\)"), ([[3], [2 ** 70]], r"1180591620717411303424 \(int\)"),
+                                         ([[1.5, 2.0]], r"1.5 \(float\)")],
+                         ids=["str", "beyond int64", "float"])
+def test_pad_batch_ids_that_are_not_int64(rows, shown):
+    from xfl.data.text import pad_batch
+
+    with pytest.raises(ValueError, match=rf"pad_batch: sequence {len(rows) - 1} holds {shown}; expected int token ids"):
+        pad_batch(rows)
+
+
+def test_checkpoint_of_a_config_less_attention_into_other_heads(tmp_path):
+    """A bare MultiHeadAttention has no config; 2 heads of 8 and 4 of 4 have the same weight shapes.
+    Its `settings` (heads, width, kv heads, RoPE base) are recorded and compared instead."""
+    from types import SimpleNamespace
+
+    from xfl.checkpoint import load_checkpoint, save_checkpoint
+
+    def save(m, path):  # no optimizer: building the first one imports torch._dynamo (16 s here)
+        save_checkpoint(path, m, SimpleNamespace(state_dict=dict),
+                        torch.amp.GradScaler("cpu", enabled=False), {"step": 3}, {})
+
+    save(MultiHeadAttention(16, 2), tmp_path / "mha.pt")
+    with pytest.raises(ValueError, match=r"mha.pt holds a model with another configuration \(num_heads: "
+                                         r"checkpoint 2, model 4, num_kv_heads: checkpoint 2, model 4\)"):
+        load_checkpoint(tmp_path / "mha.pt", MultiHeadAttention(16, 4))
+    assert load_checkpoint(tmp_path / "mha.pt", MultiHeadAttention(16, 2, dropout=0.1)) == {"step": 3}
+    save(torch.nn.Sequential(torch.nn.Linear(16, 16), MultiHeadAttention(16, 2)), tmp_path / "seq.pt")
+    with pytest.raises(ValueError, match=r"\(1\.num_heads: checkpoint 2, model 8"):
+        load_checkpoint(tmp_path / "seq.pt", torch.nn.Sequential(torch.nn.Linear(16, 16), MultiHeadAttention(16, 8)))
+
+
+def test_channel_stats_of_an_empty_batch():
+    from xfl.data.cifar import channel_stats
+
+    with pytest.raises(ValueError, match=r"images must hold at least one pixel per channel, got an empty batch "
+                                         r"\(0, 3, 32, 32\)"):
+        channel_stats(torch.zeros(0, 3, 32, 32, dtype=torch.uint8))
+
+
+def test_normalize_float_pixels_in_0_to_255():
+    from xfl.data.cifar import normalize
+
+    images = torch.full((2, 3, 4, 4), 17.0)
+    images[1, 2, 3, 0] = 254.0
+    with pytest.raises(ValueError, match=r"float images must hold pixels in \[0, 1\], got a maximum of 254 "
+                                         r"\(pixels in 0..255\?\); expected floats in \[0, 1\]"):
+        normalize(images)
+
+
+def test_normalize_takes_unit_floats_with_a_resampling_overshoot():
+    """The rule cannot refuse real [0, 1] images: up to 1 + FLOAT_SLACK passes (bicubic overshoot)."""
+    from xfl.data.cifar import FLOAT_SLACK, normalize
+
+    uint8 = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    torch.testing.assert_close(normalize(uint8.float() / 255), normalize(uint8))
+    assert normalize(torch.full((1, 3, 2, 2), 1 + FLOAT_SLACK)).isfinite().all()
+
+
+def test_count_parameters_of_a_tensor():
+    from xfl.model import count_parameters
+
+    with pytest.raises(ValueError, match="count_parameters needs a torch.nn.Module .*, got Tensor"):
+        count_parameters(torch.zeros(3))
+
+
+def test_broadcast_shape_agrees_with_torch():
+    """The mask and batch checks use xfl's plain-Python broadcast (torch's imports sympy on its first
+    call: 17 s on a busy 2-core machine, in the first masked attention of a process)."""
+    import itertools
+
+    from xfl.attention import broadcast_shape
+
+    sizes = [(), (0,), (1,), (3,), (1, 3), (2, 1), (2, 3), (0, 1), (4, 1, 3)]
+    for shapes in itertools.chain(itertools.product(sizes, repeat=2), itertools.product(sizes[:5], repeat=3)):
+        try:
+            expected = tuple(torch.broadcast_shapes(*shapes))
+        except RuntimeError:
+            expected = None
+        assert broadcast_shape(*shapes) == expected, shapes

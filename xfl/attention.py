@@ -17,15 +17,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .memory import check_fits
 from .norms import RMSNorm
 from .position import apply_rope
 
 
 # --------------------------------------------------------------------------- masks
+def _check_length(length) -> None:
+    """A positive int (a bool is refused: ``True`` is no length)."""
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        raise ValueError(f"length must be a positive int, got {length!r}")
+
+
 def causal_mask(length: int, device=None) -> Tensor:
     """``(L, L)`` bool mask, True on and below the diagonal: position i sees 0..i."""
-    if not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be a positive int, got {length!r}")
+    _check_length(length)
+    check_fits(length * length, device, f"causal_mask(length={length}) builds a ({length}, {length}) bool mask",
+               f"a length whose square fits in memory (or is_causal=True, which builds no mask)")
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()
 
 
@@ -35,8 +43,7 @@ def padding_mask(lengths: Tensor | Sequence[int], length: int) -> Tensor:
     if lengths.ndim != 1 or lengths.is_floating_point():
         raise ValueError(f"lengths must be a 1-D integer sequence, got shape {tuple(lengths.shape)} "
                          f"and dtype {lengths.dtype}")
-    if not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be a positive int, got {length!r}")
+    _check_length(length)
     if lengths.numel() and (lengths.min() < 0 or lengths.max() > length):
         raise ValueError(f"lengths must lie in [0, {length}], got {lengths.tolist()}")
     positions = torch.arange(length, device=lengths.device)  # (L,)
@@ -67,17 +74,27 @@ def newest_queries_mask(keep: Tensor, num_queries: int) -> Tensor:
     return causal & key_mask(keep)  # (B, 1, num_queries, t)
 
 
+def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+    """The shape ``shapes`` broadcast to, or None when they do not: ``torch.broadcast_shapes`` in
+    plain Python (torch's imports sympy on its first call, seconds on a busy CPU)."""
+    ndim = max(len(shape) for shape in shapes)
+    padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
+    out = []
+    for sizes in zip(*padded):
+        others = {n for n in sizes if n != 1}
+        if len(others) > 1:
+            return None
+        out.append(others.pop() if others else 1)
+    return tuple(out)
+
+
 def check_mask(mask: Tensor, target_shape: Sequence[int], what: str = "mask") -> None:
     """Raise ValueError unless ``mask`` is bool and broadcasts to ``target_shape``."""
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         dtype = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
         raise ValueError(f"{what} must be a bool tensor (True = may attend), got {dtype}")
     target = tuple(target_shape)
-    try:
-        fits = torch.broadcast_shapes(tuple(mask.shape), target) == target
-    except RuntimeError:
-        fits = False
-    if not fits:
+    if broadcast_shape(tuple(mask.shape), target) != target:
         raise ValueError(f"{what} of shape {tuple(mask.shape)} does not broadcast to {target}")
 
 
@@ -120,15 +137,37 @@ def check_finite(x: Tensor, name: str, on_accelerators: bool = False) -> None:
                          f"{x[where].item()} at index {where}; expected finite numbers")
 
 
+def check_like_weights(x: Tensor, weight: Tensor, name: str) -> None:
+    """Raise ValueError unless ``x`` is floating point, on ``weight``'s device and, outside
+    autocast, of ``weight``'s dtype (metadata only)."""
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be floating point (the weights are {weight.dtype}), got {x.dtype}")
+    if x.device != weight.device:
+        raise ValueError(f"{name} is on {x.device}, the weights on {weight.device}; expected one device "
+                         f"(move it with {name}.to({str(weight.device)!r}))")
+    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise ValueError(f"{name} must have the weights' dtype {weight.dtype}, got {x.dtype} "
+                         f"(convert with {name}.to({weight.dtype}), or run under torch.autocast)")
+
+
 # ----------------------------------------------------------------------- attention
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Metadata only (rank, sizes, batch dimensions, dtype kind, device): no value is read."""
+    shapes = f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+    if q.ndim < 2 or q.ndim != k.ndim or k.ndim != v.ndim:
+        raise ValueError(f"q, k, v need the same rank >= 2, (..., L, d), got shapes {shapes}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k need the same feature size, got {q.shape[-1]} and {k.shape[-1]}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v need the same length, got {k.shape[-2]} and {v.shape[-2]}")
-    if q.ndim < 2 or q.ndim != k.ndim or k.ndim != v.ndim:
-        raise ValueError(f"q, k, v need the same rank >= 2, got shapes "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) and \
+            broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2]) is None:
+        raise ValueError(f"q, k, v need batch dimensions (all but the last two) that match or broadcast; "
+                         f"shapes {shapes} do not broadcast")
+    if not (q.is_floating_point() and k.is_floating_point() and v.is_floating_point()):
+        raise ValueError(f"q, k, v must be floating point, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
 
 
 def _safe_mask(mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -168,7 +207,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
         if not return_weights:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
     if mask is not None:
-        check_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+        check_mask(mask, (*broadcast_shape(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
     if return_weights:
         weights = attention_weights(q, k, mask)
         if dropout_p > 0:
@@ -239,6 +278,10 @@ class MultiHeadAttention(nn.Module):
     weights ``(B, heads, Lq, Lk)`` when ``need_weights``. Chapter 10's options (below the core):
     ``num_kv_heads``, ``rope_base``, ``qk_norm``. Incremental decoding: ``xfl.cache``.
     """
+
+    # what changes the computation without changing a weight's shape (4 heads of 4 or 2 of 8):
+    # xfl.checkpoint records and compares these for a model without a config
+    settings = ("d_model", "num_heads", "num_kv_heads", "rope_base")
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  num_kv_heads: int | None = None, rope_base: float | None = None, qk_norm: bool = False):
@@ -316,7 +359,8 @@ class MultiHeadAttention(nn.Module):
         return F.linear(x, self.in_proj.weight.split(self.splits, dim=0)[which], bias)
 
     def check_inputs(self, query: Tensor, key: Tensor | None, value: Tensor | None) -> None:
-        """Shapes ``(B, L, D)`` with one batch size, finite values (outside a training step)."""
+        """Shapes ``(B, L, D)`` with one batch size, the weights' dtype (any float under autocast)
+        and device, finite values (outside a training step)."""
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x is not None and (x.ndim != 3 or x.shape[-1] != self.d_model):
                 raise ValueError(f"{name} must be (B, L, {self.d_model}), got {tuple(x.shape)}")
@@ -324,6 +368,7 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"{name} must be (B, L, {self.d_model}) with B >= 1 and L >= 1, "
                                  f"got {tuple(x.shape)}")
             if x is not None:
+                check_like_weights(x, self.in_proj.weight, name)
                 check_finite(x, name)
         if key is not None and value is not None and key.shape[:2] != value.shape[:2]:
             raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} need the same (B, Lk)")

@@ -67,9 +67,22 @@ def class_name(obj) -> str:
 
 
 def model_config(model) -> dict | None:
-    """``model.config`` as a dict (a dataclass config, as xfl's models have), or None."""
+    """``model.config`` as a dict (a dataclass config, as xfl's models have); without one, the
+    ``settings`` of its modules that declare them (``xfl.attention.MultiHeadAttention``'s head
+    count, ...) as ``{"path.name": value}``; None when there are none."""
     config = getattr(model, "config", None)
-    return asdict(config) if is_dataclass(config) else None
+    if is_dataclass(config):
+        return asdict(config)
+    if not isinstance(model, torch.nn.Module):
+        return None
+    settings = {f"{path}.{name}" if path else name: getattr(module, name)
+                for path, module in model.named_modules() for name in _settings(module)}
+    return settings or None
+
+
+def _settings(module) -> tuple[str, ...]:
+    names = getattr(type(module), "settings", ())
+    return names if isinstance(names, tuple) else ()
 
 
 def checksum(content) -> str:

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from .attention import causal_padding_mask, checks_values, key_mask
 from .blocks import ACTIVATIONS, FFNS, TransformerStack
 from .cache import StackCache, new_stack_cache, stack_step
+from .memory import check_fits
 from .norms import NORMS
 from .position import sinusoidal_encoding
 
@@ -56,11 +57,32 @@ def check_token_ids(tokens: Tensor, vocab_size: int, name: str = "token ids",
     _check_range(tokens, vocab_size, name)
 
 
-def check_nonempty(tokens: Tensor, name: str) -> None:
-    """Raise ValueError unless ``tokens`` is ``(B, L)`` with at least one row and one token."""
+def check_nonempty(tokens: Tensor, name: str, weight: Tensor | None = None) -> None:
+    """Raise ValueError unless ``tokens`` is ``(B, L)`` with at least one row and one token (and on
+    ``weight``'s device, when given)."""
     if isinstance(tokens, Tensor) and (tokens.ndim != 2 or 0 in tokens.shape):
         raise ValueError(f"{name} must be (B, L) token ids with B >= 1 and L >= 1, "
                          f"got shape {tuple(tokens.shape)}")
+    if isinstance(tokens, Tensor) and weight is not None and tokens.device != weight.device:
+        raise ValueError(f"{name} are on {tokens.device}, the model on {weight.device}; expected one "
+                         f"device (move them with {name}.to({str(weight.device)!r}))")
+
+
+def check_weights_fit(config, layer_fields: tuple[str, ...], vocab_fields: tuple[str, ...],
+                      cross_layers: int = 0) -> None:
+    """Refuse, before allocating, a config whose weights alone exceed the default device's memory:
+    at least 2·d² (W_Q, W_O) per attention, 2·d·d_hidden per feed-forward (d_hidden = 2·d when
+    None, below every ffn's default), and d per row of each embedding and position table."""
+    d, h = config.d_model, config.d_hidden or 2 * config.d_model
+    layers = sum(getattr(config, name) for name in layer_fields)
+    rows = sum(getattr(config, name) + config.max_len for name in vocab_fields)
+    weights = layers * (2 * d * d + 2 * d * h) + cross_layers * 2 * d * d + rows * d
+    dtype = torch.get_default_dtype()
+    fields = ", ".join(f"{k}={getattr(config, k)}"
+                       for k in ("d_model", "d_hidden", "max_len", *layer_fields, *vocab_fields))
+    check_fits(weights * dtype.itemsize, None, f"{type(config).__name__}({fields}) gives at least "
+               f"{weights:,} {str(dtype).removeprefix('torch.')} weights", "a smaller d_model (its square "
+               f"counts), d_hidden, {', '.join(layer_fields)}, {', '.join(vocab_fields)} or max_len")
 
 
 def _check_range(tokens: Tensor, vocab_size: int, name: str) -> None:
@@ -204,6 +226,8 @@ class Seq2SeqTransformer(nn.Module):
     def __init__(self, config: Seq2SeqConfig):
         super().__init__()
         c = self.config = config
+        check_weights_fit(c, ("num_encoder_layers", "num_decoder_layers"), ("src_vocab", "tgt_vocab"),
+                          cross_layers=c.num_decoder_layers)
         stack = dict(d_model=c.d_model, num_heads=c.num_heads, d_hidden=c.d_hidden,
                      dropout=c.dropout, norm_first=c.norm_first, **c.block_options())
         self.encoder = TransformerStack(c.num_encoder_layers, cross=False, **stack)
@@ -221,13 +245,13 @@ class Seq2SeqTransformer(nn.Module):
 
     def encode(self, src: Tensor) -> Tensor:
         """Source tokens ``(B, S)`` -> memory ``(B, S, D)``; padding keys are masked out."""
-        check_nonempty(src, "src")
+        check_nonempty(src, "src", self.src_embed.table.weight)
         return self.encoder(self.src_embed(src), mask=key_mask(self.source_mask(src)))
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_keep: Tensor) -> Tensor:
         """Decoder input ``(B, L)`` (starts with SOS), memory ``(B, S, D)`` and its
         ``(B, S)`` keep-mask -> next-token logits ``(B, L, V)``. Position i sees tgt_in[:i+1]."""
-        check_nonempty(tgt_in, "tgt_in")
+        check_nonempty(tgt_in, "tgt_in", self.tgt_embed.table.weight)
         x = self.tgt_embed(tgt_in)  # (B, L, D)
         x = self.decoder(x, mask=causal_padding_mask(tgt_in, self.config.pad_id),
                          memory=memory, memory_mask=key_mask(src_keep))
@@ -309,6 +333,7 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         c = self.config = config
+        check_weights_fit(c, ("num_layers",), ("vocab_size",))
         self.blocks = TransformerStack(c.num_layers, c.d_model, c.num_heads, c.d_hidden, c.dropout,
                                        norm_first=c.norm_first, cross=False, activation=c.activation,
                                        **c.block_options())
@@ -327,7 +352,7 @@ class GPT(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         """A causal model on rows without padding passes ``is_causal=True`` to the attention
         instead of a mask, so PyTorch's fused (flash) kernel can run (chapter 10)."""
-        check_nonempty(tokens, "tokens")
+        check_nonempty(tokens, "tokens", self.embed.table.weight)
         fused = self.config.causal and not bool((tokens == self.config.pad_id).any())
         mask = None if fused else self.mask(tokens)
         x = self.blocks(self.embed(tokens), mask=mask, is_causal=fused)
@@ -357,4 +382,6 @@ def _zero_output_layers(stack: TransformerStack) -> None:
 
 def count_parameters(model: nn.Module) -> int:
     """Number of distinct trainable parameters (a tied weight counts once)."""
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"count_parameters needs a torch.nn.Module (a model), got {type(model).__name__}")
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

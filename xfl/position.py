@@ -13,6 +13,8 @@ import functools
 import torch
 from torch import Tensor
 
+from .memory import check_fits
+
 
 def _check_positive_int(name: str, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -31,6 +33,10 @@ def frequencies(d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.
 def sinusoidal_encoding(length: int, d_model: int, base: float = 10000.0) -> Tensor:
     """``(length, d_model)`` float32 table: sin in even columns, cos in odd columns."""
     _check_positive_int("length", length)
+    _check_positive_int("d_model", d_model)
+    check_fits(4 * length * (d_model + (d_model + 1) // 2), None,  # the table and its angles, float32
+               f"sinusoidal_encoding(length={length}, d_model={d_model}) builds float32 tables",
+               "a length (or max_len) and d_model whose product fits in memory")
     omega = frequencies(d_model, base)  # (ceil(d/2),)
     angles = torch.arange(length, dtype=torch.float32)[:, None] * omega  # (length, ceil(d/2))
     pe = torch.empty(length, d_model)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from xfl.attention import _check_qkv, check_finite, check_mask
+from xfl.attention import _check_qkv, broadcast_shape, check_finite, check_mask
 
 NEG_INF = float("-inf")
 
@@ -120,12 +120,8 @@ def _check_tiled_inputs(q, k, v, mask, block_q, block_k) -> tuple[int, ...]:
     return the broadcast batch shape."""
     _check_block(block_q, "block_q")
     _check_block(block_k, "block_k")
-    _check_qkv(q, k, v)
-    try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"the batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and "
-                         f"v {tuple(v.shape)} do not broadcast") from None
+    _check_qkv(q, k, v)  # the batch dimensions broadcast
+    batch = broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     if mask is not None:
         check_mask(mask, (*batch, q.shape[-2], k.shape[-2]))
     for name, x in (("q", q), ("k", k), ("v", v)):

@@ -10,6 +10,7 @@ lecture 14): the mean of the patch outputs, or all of them flattened into one ve
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 import torch
 from torch import Tensor, nn
@@ -22,28 +23,43 @@ from .blocks import TransformerStack
 def _check_images(images: Tensor, patch_size: int) -> None:
     if not isinstance(patch_size, int) or patch_size < 1:
         raise ValueError(f"patch_size must be a positive int, got {patch_size!r}")
-    if not isinstance(images, Tensor) or images.ndim != 4:
-        shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
-        raise ValueError(f"images must be a 4-D tensor (B, C, H, W), got {shape}")
+    _check_4d(images)
     H, W = images.shape[-2:]
     if H % patch_size or W % patch_size:
         raise ValueError(f"image size {H}x{W} is not divisible by patch_size={patch_size}")
 
 
-def _check_pixels(images: Tensor, channels: int, dtype: torch.dtype) -> None:
-    """A non-empty batch of float images in the weights' ``dtype`` with ``channels`` channels and
-    finite pixels (uint8 must be normalised first)."""
+def _check_4d(images: Tensor) -> None:
+    if not isinstance(images, Tensor) or images.ndim != 4:
+        shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise ValueError(f"images must be a 4-D tensor (B, C, H, W), got {shape}")
+
+
+def _check_channels(images: Tensor, channels: int) -> None:
+    """``(B, C, H, W)`` with ``C == channels``; a channels-last ``(B, H, W, C)`` batch is named."""
+    if images.shape[1] != channels:
+        hint = (f"; its last dimension holds the channels, (B, H, W, C): expected (B, C, H, W), "
+                f"use images.permute(0, 3, 1, 2)" if images.shape[-1] == channels else "")
+        raise ValueError(f"images must have {channels} channels (in_channels), got {images.shape[1]} "
+                         f"in shape {tuple(images.shape)}{hint}")
+
+
+def _check_pixels(images: Tensor, weight: Tensor) -> None:
+    """A non-empty batch of float images in the dtype and on the device of ``weight`` (the patch
+    projection's, ``(D, C, P, P)``) with its ``C`` channels and finite pixels (uint8 must be
+    normalised first)."""
     if images.shape[0] == 0:
         raise ValueError(f"images must hold at least one image, got an empty batch {tuple(images.shape)}")
     if not images.is_floating_point():
         raise ValueError(f"images must be floating point, got {images.dtype}; convert uint8 pixels "
                          f"first (e.g. xfl.data.cifar.normalize)")
-    if images.dtype != dtype:
-        raise ValueError(f"images must have the weights' dtype {dtype}, got {images.dtype} "
-                         f"(convert with images.to({dtype}))")
-    if images.shape[1] != channels:
-        raise ValueError(f"images must have {channels} channels (in_channels), got {images.shape[1]} "
-                         f"in shape {tuple(images.shape)}")
+    if images.device != weight.device:
+        raise ValueError(f"images are on {images.device}, the model on {weight.device}; expected one "
+                         f"device (move them with images.to({str(weight.device)!r}))")
+    if images.dtype != weight.dtype:
+        raise ValueError(f"images must have the weights' dtype {weight.dtype}, got {images.dtype} "
+                         f"(convert with images.to({weight.dtype}))")
+    _check_channels(images, weight.shape[1])
     check_finite(images, "images", on_accelerators=True)
 
 
@@ -85,7 +101,7 @@ class PatchEmbedding(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         _check_images(images, self.patch_size)
-        _check_pixels(images, self.proj.in_channels, self.proj.weight.dtype)
+        _check_pixels(images, self.proj.weight)
         return self.proj(images).flatten(2).transpose(1, 2)  # (B, D, rows, cols) -> (B, N, D)
 
     def as_linear(self) -> nn.Linear:
@@ -117,8 +133,18 @@ class ViTConfig:
     pool: str = "cls"
 
     def __post_init__(self):
+        for name in ("image_size", "patch_size", "in_channels", "num_classes", "d_model", "num_heads",
+                     "num_layers"):
+            _check_size(f"ViTConfig.{name}", getattr(self, name))
+        if self.d_hidden is not None:
+            _check_size("ViTConfig.d_hidden", self.d_hidden)
         if self.pool not in POOLS:
             raise ValueError(f"pool must be one of {POOLS}, got {self.pool!r}")
+
+
+def _check_size(name: str, value) -> None:
+    if not isinstance(value, Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
 POOLS = ("cls", "mean", "flatten")
@@ -156,6 +182,8 @@ class ViT(nn.Module):
     def tokens(self, images: Tensor) -> Tensor:
         """Encoder input: ``(B, C, H, W) -> (B, 1 + N, D)``, class token first, positions added
         (``(B, N, D)`` without a class token)."""
+        _check_4d(images)
+        _check_channels(images, self.config.in_channels)
         if images.shape[-2:] != (self.image_size, self.image_size):
             raise ValueError(f"expected {self.image_size}x{self.image_size} images, "
                              f"got {tuple(images.shape[-2:])}")

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from xfl.attention import checks_values
 from xfl.data.download import (CIFAR10_TARBALL, DataUnavailableError, cache_dir, fetch,
                                hash_matches, mirror_dir)
 
@@ -164,6 +165,9 @@ def channel_stats(images: Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]
     if images.dtype != torch.uint8 or images.ndim != 4:
         raise ValueError(f"images must be uint8 (N, C, H, W), got {images.dtype} "
                          f"{tuple(images.shape)}")
+    if images.numel() == 0:
+        raise ValueError(f"images must hold at least one pixel per channel, got an empty batch "
+                         f"{tuple(images.shape)} (its mean and std would be NaN)")
     values = torch.arange(256, dtype=torch.float64) / 255  # (256,)
     means, stds = [], []
     for c in range(images.shape[1]):
@@ -175,13 +179,35 @@ def channel_stats(images: Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]
     return tuple(means), tuple(stds)
 
 
+FLOAT_SLACK = 0.25  # floats up to 1.25 pass: resampled [0, 1] images overshoot a little, 0..255 ones far
+
+
 def normalize(images: Tensor) -> Tensor:
-    """uint8 ``(..., 3, H, W)`` (or float in [0, 1]) -> float32 ``(x - mean) / std``, same device."""
+    """uint8 ``(..., 3, H, W)`` (or float in [0, 1]) -> float32 ``(x - mean) / std``, same device.
+
+    Floats above ``1 + FLOAT_SLACK`` (pixels in 0..255 given as floats) are refused, on the CPU
+    and, with autograd off, on an accelerator (the check reads the maximum back); never inside
+    ``xfl.attention.trusted_inputs`` (a training step)."""
     if images.ndim < 3 or images.shape[-3] != 3:
         raise ValueError(f"images must be (..., 3, H, W), got shape {tuple(images.shape)}")
+    if images.dtype != torch.uint8:
+        _check_unit_floats(images)
     x = images.float() / 255 if images.dtype == torch.uint8 else images.float()
     mean, std = _mean_std(x.device)
     return (x - mean) / std
+
+
+def _check_unit_floats(images: Tensor) -> None:
+    """Raise ValueError when float ``images`` exceed ``1 + FLOAT_SLACK`` (read back only where cheap)."""
+    if not images.is_floating_point():
+        raise ValueError(f"images must be uint8 (0..255) or floating point in [0, 1], got {images.dtype}")
+    on_cpu = images.device.type == "cpu"
+    if images.numel() == 0 or not checks_values() or not (on_cpu or not torch.is_grad_enabled()):
+        return
+    top = float(images.detach().amax())
+    if top > 1 + FLOAT_SLACK:
+        raise ValueError(f"float images must hold pixels in [0, 1], got a maximum of {top:g} (pixels in "
+                         f"0..255?); expected floats in [0, 1] (divide by 255 first) or uint8 pixels")
 
 
 @lru_cache(maxsize=None)

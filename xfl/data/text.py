@@ -25,6 +25,7 @@ import random
 import re
 import unicodedata
 from collections import Counter
+from numbers import Integral
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -201,6 +202,20 @@ def encode_pairs(pairs: Iterable[SentencePair], src_vocab: Vocab, tgt_vocab: Voc
     return [(src_vocab.encode_text(en), tgt_vocab.encode_text(es)) for en, es in pairs]
 
 
+def _id_row(seq: Sequence[int], row: int) -> Tensor:
+    """``seq`` as int64 ids ``(L,)``; a str, float, bool or an int beyond int64 is named."""
+    try:
+        ids = torch.as_tensor(seq)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        ids = None
+    if ids is not None and not (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool):
+        return ids.to(torch.long)
+    bad = next((x for x in seq if isinstance(x, bool) or not isinstance(x, Integral)
+                or not -2 ** 63 <= x < 2 ** 63), seq)
+    raise ValueError(f"pad_batch: sequence {row} holds {bad!r} ({type(bad).__name__}); expected int "
+                     f"token ids (each in the int64 range)")
+
+
 def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int = PAD,
               device=None) -> tuple[Tensor, Tensor]:
     """``B`` id lists -> ids ``(B, L)`` (padded with ``pad_id``, L = longest) and lengths ``(B,)``."""
@@ -209,5 +224,5 @@ def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int = PAD,
     lengths = [len(s) for s in sequences]  # Python ints: no tensor is read back
     ids = torch.full((len(sequences), max(lengths)), pad_id, dtype=torch.long)
     for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+        ids[row, : len(seq)] = _id_row(seq, row)
     return ids.to(device), torch.tensor(lengths, dtype=torch.long, device=device)
