@@ -454,7 +454,7 @@ def test_time_limits_are_reported(graded):
     assert "q1: tests stopped by the time limit" in rows["loops"]["notes"]
     assert "killed after 11 s without progress; graded again without it" in rows["hangs"]["notes"]
     assert "ended the grader; graded again without it" in rows["exits_early_partly_wrong"]["notes"]
-    assert rows["correct"]["notes"] == "" and details["students"]["correct"]["cases"]["q1"][1]["hidden"]
+    assert rows["correct"]["notes"] == "" and details["students"][rows["correct"]["id"]]["cases"]["q1"][1]["hidden"]
     assert rows["garbled"]["total"] == "0" and "unreadable" in rows["garbled"]["notes"]
 
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tools.grading import collect, exercises, grader, judge, results, student  # noqa: E402
-from tools.grading.sandbox import Limits, MemoryCgroup  # noqa: E402
+from tools.grading.sandbox import Limits, SandboxCgroup  # noqa: E402
 from test_exercises import GRACE, LIMIT, submission  # noqa: E402
 
 
@@ -64,6 +64,41 @@ def test_an_oversized_notebook_is_refused(tmp_path):
     (tmp_path / "big.ipynb").write_bytes(b" " * 2000)
     with pytest.raises(ValueError, match="refused: 2000 bytes, over"):
         collect.read_submission(collect.find_submissions(tmp_path)["big"], cap=1000)
+
+
+def test_hard_links_are_refused_naming_the_other_file(tmp_path):
+    """A hard link is a regular file (issue 63, X1, X2): to the solutions, or between two
+    submissions (a later tar linking an earlier student's notebook), it is refused."""
+    secret = tmp_path / "solutions.ipynb"
+    secret.write_text('{"secret": 1}')
+    subs = tmp_path / "subs"
+    (subs / "bob").mkdir(parents=True)
+    os.link(secret, subs / "mallory.ipynb")
+    (subs / "alice.ipynb").write_text("{}")
+    os.link(subs / "alice.ipynb", subs / "bob" / "nb.ipynb")
+    (subs / "carol.ipynb").write_text("{}")
+    found = collect.find_submissions(subs)
+    with pytest.raises(ValueError, match="refused: a hard link: the notebook has 2 names"):
+        collect.read_submission(found["mallory"])
+    assert found["alice"].problem == "refused: a hard link: the notebook is the same file as 'bob/nb.ipynb'"
+    assert found["bob"].problem == "refused: a hard link: the notebook is the same file as 'alice.ipynb'"
+    assert collect.read_submission(found["carol"]) == b"{}"
+
+
+def test_every_entry_of_the_folder_is_accounted_for(tmp_path):
+    """Upper-case notebooks are graded; a hidden notebook or an archive is a note on its
+    student's row (a row of its own when there is none); anything else is listed (X7)."""
+    for name in ["alice.zip", "upper.IPYNB", ".hidden.ipynb", "bob.ipynb", "bob.tar.gz", "README.txt", ".DS_Store"]:
+        (tmp_path / name).write_text("{}")
+    skipped = []
+    found = collect.find_submissions(tmp_path, skipped)
+    assert sorted(found) == ["alice", "bob", "hidden", "upper"]
+    assert collect.read_submission(found["upper"]) == b"{}" and found["upper"].remarks == []
+    assert "an archive (.zip); unpack" in found["alice"].problem
+    assert "a hidden file" in found["hidden"].problem
+    assert found["bob"].problem is None and "'bob.tar.gz': an archive (.tar.gz)" in found["bob"].remarks[0]
+    assert sorted(skipped) == [(".DS_Store", "a hidden entry (its name starts with '.')"),
+                               ("README.txt", "not a notebook (.ipynb) nor a student's folder")]
 
 
 def test_a_name_clash_is_a_note_for_that_student(tmp_path):
@@ -115,6 +150,9 @@ class FakeJudge:
             raise KeyboardInterrupt("the grader dies here")
         if job["student"] == "faulty":
             raise RuntimeError("a fault of the grader's on this one notebook")
+        if job["student"] == "d":  # cut short by a time limit
+            return {"scores": {"q1": 0.0}, "cases": {}, "notes": ["killed: the notebook's time budget ran out"],
+                    "limited": True}
         return {"scores": {"q1": 1.0}, "cases": {}, "notes": []}
 
     def kill(self):
@@ -133,8 +171,9 @@ def fake_run(tmp_path, monkeypatch):
         (subs / f"{name}.ipynb").write_text(json.dumps({"name": name}))
     FakeJudge.calls, FakeJudge.crash_on = [], None
 
-    def run():
-        grader.grade_folder(zip_path, subs, tmp_path / "g.csv", jobs=1, sandbox=student.Sandbox(enabled=False))
+    def run(**change):
+        options = {"jobs": 1, "sandbox": student.Sandbox(enabled=False)} | change
+        grader.grade_folder(zip_path, subs, tmp_path / "g.csv", **options)
         return (tmp_path / "g.csv").read_text()
     return run, subs, tmp_path
 
@@ -149,12 +188,65 @@ def test_a_grader_that_dies_keeps_who_was_graded_and_a_rerun_grades_the_rest(fak
     rows = {r["student"]: r for r in csv.DictReader(run().splitlines())}
     assert "a" not in FakeJudge.calls and "b" not in FakeJudge.calls, FakeJudge.calls  # kept from the first run
     assert {"c", "faulty"} <= set(FakeJudge.calls), FakeJudge.calls  # a grader fault is tried again
-    assert [rows[s]["total"] for s in "abcd"] == ["1"] * 4
+    assert [rows[s]["total"] for s in "abc"] == ["1"] * 3 and rows["d"]["total"] == "0"
     assert rows["faulty"]["total"] == "0" and "not graded: RuntimeError: a fault" in rows["faulty"]["notes"]
     (subs / "b.ipynb").write_text(json.dumps({"name": "b, changed"}))
     FakeJudge.calls = []
     run()
     assert FakeJudge.calls == ["b", "faulty"]  # a changed notebook is graded again (faulty has no score)
+
+
+def test_a_rerun_under_another_configuration_grades_again(fake_run, monkeypatch):
+    """A stored result is kept only for the same notebook, zip and configuration: a rerun with
+    another time limit, budget, sandbox limit or grader version grades again (X30: zeros of a
+    too-small budget were kept by reruns at the default)."""
+    run, _, out = fake_run
+    run()
+    assert len(FakeJudge.calls) == 5
+    for change in [{"limit": 30.0}, {"budget": 500.0}, {"sandbox": student.Sandbox(False, Limits(cpus=2.0))}]:
+        FakeJudge.calls = []
+        run(**change)
+        assert len(FakeJudge.calls) == 5, (change, FakeJudge.calls)
+        FakeJudge.calls = []
+        run(**change)
+        assert FakeJudge.calls == ["faulty"], (change, FakeJudge.calls)  # same configuration: kept
+    monkeypatch.setattr(grader, "grader_version", lambda root=None: "another version")
+    FakeJudge.calls = []
+    run(sandbox=student.Sandbox(False, Limits(cpus=2.0)))
+    assert len(FakeJudge.calls) == 5, FakeJudge.calls
+
+
+def test_a_result_cut_by_a_time_limit_says_so_and_is_counted_when_kept(fake_run, capsys):
+    run, _, out = fake_run
+    run()
+    run()
+    details = json.loads((out / "g.json").read_text())
+    assert details["kept_from_earlier_runs"] == 4 and details["kept_cut_by_time_limits"] == 1
+    assert details["students"][collect_id("d")]["limited"] is True
+    assert "4 results of an earlier run" in capsys.readouterr().err
+
+
+def collect_id(student_name: str) -> str:
+    return results.record_id(student_name)
+
+
+def test_names_shown_alike_have_their_own_rows_ids_and_notes(fake_run):
+    """Names equal in their first 80 characters, an undecodable byte beside its escape spelled
+    out, NFC beside NFD: one row, one JSON record and one log name each, told apart by the id
+    column, each noted (X3, X4)."""
+    run, subs, out = fake_run
+    names = ["L" * 85 + "_alice", "L" * 85 + "_bob", "m\udcffallory", "m\\xffallory", "caf\u00e9", "cafe\u0301"]
+    for name in names:
+        (subs / f"{name}.ipynb").write_text(json.dumps({"name": name}))
+    rows = list(csv.DictReader(run().splitlines()))
+    assert len(rows) == 11 and len({r["id"] for r in rows}) == 11
+    details = json.loads((out / "g.json").read_text())["students"]
+    assert len(details) == 11 and {r["id"] for r in rows} == set(details)
+    alike = [r for r in rows if "shows as another submission's" in r["notes"]]
+    assert len(alike) == 6 and sorted({r["student"] for r in alike}) == ["L" * 80 + "...", "café", "m\\xffallory"]
+    for r in alike:
+        twin = next(o for o in alike if o["student"] == r["student"] and o is not r)
+        assert f"(id {twin['id']})" in r["notes"]
 
 
 def test_a_judge_that_dies_is_one_students_note(tmp_path):
@@ -205,6 +297,45 @@ def test_a_million_forged_events_cost_nothing():
     start = time.monotonic()
     ran, stopped, _ = channel(events(0) * 1_000_000, 12).run_cells()
     assert len(ran) == 1 and "out of order" in stopped and time.monotonic() - start < 5
+
+
+def test_ready_before_every_cell_event_ends_the_process():
+    """A forked child's ``ready`` after 2 of 3 cell events is refused (X18: it then answered the
+    grader's calls outside the library block)."""
+    ran, stopped, functions = channel(events(0, 1) + READY, 3).run_cells()
+    assert stopped == "sent 'ready' after 2 of 3 cell events" and functions == [] and len(ran) == 2
+
+
+def test_a_request_nobody_reads_has_a_deadline():
+    """The grader's write of a request to a student's process that stopped reading its pipe ends
+    at the call's deadline (X19: it blocked the judge until its watchdog, budget + 120 s)."""
+    proc = channel(b"", 0)
+    proc.next_id = 0
+    read_end, proc.requests = os.pipe()
+    os.set_blocking(proc.requests, False)
+    import fcntl
+    fcntl.fcntl(proc.requests, 1031, 4096)  # F_SETPIPE_SZ: one page, as the attack set it
+    start = time.monotonic()
+    with pytest.raises(student.ProcessLost, match="stopped reading the grader's requests"):
+        proc.call("q1", "f", ("x" * 100_000,), {}, 0.5)
+    assert time.monotonic() - start < 5, time.monotonic() - start
+    os.close(read_end)
+
+
+def test_a_killed_judge_leaves_no_job_folder(tmp_path):
+    """Folders a judge's sandboxes were given (``xfl-grade-<judge pid>-*``, the notebook's
+    cells) go when the judge is killed, as its cgroups do."""
+    import subprocess
+    import tempfile
+
+    judge_ = grader.Judge.__new__(grader.Judge)
+    judge_.proc = subprocess.Popen(["sleep", "60"])
+    left = Path(tempfile.mkdtemp(prefix=f"xfl-grade-{judge_.proc.pid}-"))
+    (left / "job.json").write_text("{}")
+    other = Path(tempfile.mkdtemp(prefix=f"xfl-grade-{judge_.proc.pid}0-"))  # another judge's
+    judge_.kill()
+    assert not left.exists() and other.exists()
+    other.rmdir()
 
 
 def test_too_many_functions_are_refused():
@@ -350,7 +481,7 @@ def test_the_csv_holds_every_student_and_no_formula(attacked):
 def test_an_answer_that_makes_a_test_allocate_gigabytes_fails_only_that_test(attacked):
     rows, output, _, full = attacked
     assert scores(rows["broadcast"]) == full | {"q3": 0.0}, rows["broadcast"]
-    cases = json.loads(output.with_suffix(".json").read_text())["students"]["broadcast"]["cases"]["q3"]
+    cases = json.loads(output.with_suffix(".json").read_text())["students"][rows["broadcast"]["id"]]["cases"]["q3"]
     assert any("memory" in (c["message"] or "") for c in cases), cases
 
 
@@ -361,11 +492,15 @@ def test_forged_cell_events_are_refused(attacked):
         assert len(rows[name]["notes"]) < 200
 
 
+def log_of(output, row) -> str:
+    return (output.with_name(f"{output.stem}-logs") / f"{row['student']}.{row['id']}.log").read_text()
+
+
 def test_memory_is_bounded_per_sandbox(attacked):
-    _, output, _, _ = attacked
-    log = (output.with_name("grades-logs") / "memory_spread.log").read_text()
+    rows, output, _, _ = attacked
+    log = log_of(output, rows["memory_spread"])
     held = int(re.search(r"children held (\d+) MiB at once", log).group(1))
-    probe = MemoryCgroup.create(f"xfl-grade-probe-{os.getpid()}", 64)
+    probe = SandboxCgroup.create(f"xfl-grade-probe-{os.getpid()}", 64)
     if probe is None:
         pytest.fail("no memory cgroup can be made here (run as root with a memory controller); the "
                     "bound is then processes x memory_mb, as tools/grading/README.md says")

@@ -1,7 +1,10 @@
-"""Malicious notebooks graded in ONE sandboxed run beside honest ones (chapter 1, 4 questions).
+"""Malicious notebooks graded in ONE sandboxed run beside honest ones (chapter 1, 5 questions).
 
 Each attack is a cell added to a notebook whose answers are known: the honest grades must not
-move, and each attacker must earn exactly what its answers earn. Needs bwrap (``make
+move, and each attacker must earn exactly what its answers earn. Issue 63's attacks run in the
+same run: hard links to the solutions and to a classmate (X1, X2), names shown alike (X3, X4),
+files that are no notebook (X7), ``ready`` before every cell reported (X18), a request pipe
+nobody reads (X19), a user namespace (X26) and the kernel keyring (X27). Needs bwrap (``make
 sandbox-deps``); without it this file fails, as the grader refuses to grade.
 """
 
@@ -9,8 +12,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -20,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tools.grading import exercises, grader  # noqa: E402
+from tools.grading.results import display_name, record_id  # noqa: E402
 from tools.grading.sandbox import Limits  # noqa: E402
 from test_exercises import FIXTURES, LIMIT, GRACE, submission  # noqa: E402
 
@@ -126,6 +132,57 @@ threading.Thread(target=pretend, daemon=True).start()
 signal.signal(signal.SIGALRM, signal.SIG_IGN)
 time.sleep(60)
 '''
+READY_EARLY = '''
+import json, os, sys, time
+if os.fork() == 0:  # a child says "ready" while this cell still runs (X18)
+    os.write(int(sys.argv[3]), (json.dumps({"event": "ready", "functions": ["attention"]}) + "\\n").encode())
+    os._exit(0)
+time.sleep(3)
+'''
+BLOCK_WRITE = '''
+_honest_lookup, _blocked = lookup_projections, []
+def lookup_projections(names, facts, marker):
+    """On its first call: the request pipe shrinks to one page, a child keeps its read end, and
+    the worker reads an empty pipe from then on, so the grader's next (7 kB) request cannot be
+    written (X19)."""
+    if not _blocked:
+        import fcntl, os, sys, time
+        _blocked.append(1)
+        request_fd = int(sys.argv[2])
+        fcntl.fcntl(request_fd, 1031, 4096)  # F_SETPIPE_SZ
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        empty, _ = os.pipe()
+        os.dup2(empty, request_fd)
+    return _honest_lookup(names, facts, marker)
+'''
+USER_NAMESPACE = '''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+r, w = os.pipe()
+if os.fork() == 0:  # one thread: unshare(CLONE_NEWUSER) would work here without the filter (X26)
+    ok = libc.unshare(0x10000000 | 0x00020000) == 0
+    ok = ok and libc.mount(b"none", b"/tmp", b"tmpfs", 0, b"size=8g") == 0
+    os.write(w, b"user namespace and tmpfs: " + (b"made" if ok else os.strerror(ctypes.get_errno()).encode()))
+    os._exit(0)
+os.wait()
+print(os.read(r, 200).decode())
+'''
+KEY_WRITER = '''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+number = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
+added = libc.syscall(number, b"user", b"xfl-answer", b"answer of the writer", 20, -4)  # @u
+print("add_key:", "added" if added > 0 else os.strerror(ctypes.get_errno()))
+'''
+KEY_READER = '''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+number = {"x86_64": 249, "aarch64": 218}[os.uname().machine]
+found = libc.syscall(number, b"user", b"xfl-answer", None, 0)  # request_key, searching @u
+print("request_key:", f"found key {found}" if found > 0 else os.strerror(ctypes.get_errno()))
+'''
 GHOST = '''
 def attention(q, k, v):
     return torch.zeros(0, 1, 1, 1, 1, 1, 1, 1), torch.zeros(0, 1, 1, 1, 1, 1, 1, 1)
@@ -167,13 +224,32 @@ def attacked(tmp_path_factory):
         "ghost_tensors": submission(student_nb, solved, {}, fill=False, extra=GHOST),
         "garbles_the_channel": submission(student_nb, solved, wrong, extra=GARBLE),
         "keeps_itself_alive": submission(student_nb, solved, wrong, extra=KEEP_ALIVE),
+        "ready_early": submission(student_nb, solved, wrong, extra=READY_EARLY),
+        "blocks_the_request_pipe": submission(student_nb, solved, wrong, extra=BLOCK_WRITE),
+        "user_namespace": submission(student_nb, solved, wrong, extra=USER_NAMESPACE),
+        "key_writer": submission(student_nb, solved, wrong, extra=KEY_WRITER),
+        "key_reader": submission(student_nb, solved, wrong, extra=KEY_READER),
+        "classmate": submission(student_nb, solved, {}),
+        LONG + "_alice": submission(student_nb, solved, {}),
+        LONG + "_bob": submission(student_nb, solved, {}, fill=False),
+        "caf\u00e9": submission(student_nb, solved, {}),
+        "cafe\u0301": submission(student_nb, solved, {}, fill=False),
     }
     for name, nb in notebooks.items():
         nbformat.write(nb, folder / f"{name}.ipynb")
+    os.link(paths["solutions"], folder / "hardlink_solutions.ipynb")  # X1
+    os.link(folder / "classmate.ipynb", folder / "copies_classmate.ipynb")  # X2: both refused
+    nbformat.write(notebooks["honest"], folder / "upper.IPYNB")  # X7: graded
+    nbformat.write(notebooks["honest"], folder / ".hidden.ipynb")  # X7: a row with a note
+    (folder / "zipped.zip").write_bytes(b"PK\x05\x06" + bytes(18))  # X7: a row with a note
+    (folder / "notes.txt").write_text("not a submission")  # X7: listed as skipped
     grader.grade_folder(paths["autograder"], folder, output, limit=LIMIT, grace=GRACE, jobs=2,
                          sandbox=grader.Sandbox(limits=LIMITS))
-    with open(output) as f:
-        rows = {row["student"]: row for row in csv.DictReader(f)}
+    with open(output, encoding="utf-8") as f:
+        rows = {row["student"] if row["student"] not in SHOWN_ALIKE else row["id"]: row for row in csv.DictReader(f)}
+    ids = {name: record_id(name) for name in notebooks}
+    for name in SHOWN_ALIKE_NAMES:
+        rows[name] = rows.pop(ids[name])
     return rows, output, writable
 
 
@@ -182,11 +258,19 @@ def scores(row: dict) -> dict[str, float]:
 
 
 ZERO = {q: 0.0 for q in PARTLY_WRONG}
+LONG = "L" * 85
+SHOWN_ALIKE_NAMES = [LONG + "_alice", LONG + "_bob", "caf\u00e9", "cafe\u0301"]
+SHOWN_ALIKE = {"L" * 80 + "...", "café"}  # their rows are read by id
 EXPECTED = {"honest": FIXTURES["correct"][1], "honest_partly_wrong": PARTLY_WRONG, "reads_the_key": ZERO,
             "reads_a_classmate": ZERO, "tampers": PARTLY_WRONG, "kills_the_parent": PARTLY_WRONG,
             "leaves_a_survivor": PARTLY_WRONG, "memory_bomb": PARTLY_WRONG, "fork_bomb": PARTLY_WRONG,
             "floods": PARTLY_WRONG, "ghost_tensors": ZERO, "garbles_the_channel": PARTLY_WRONG,
-            "keeps_itself_alive": PARTLY_WRONG}
+            "keeps_itself_alive": PARTLY_WRONG, "ready_early": PARTLY_WRONG,
+            "blocks_the_request_pipe": PARTLY_WRONG | {"q5": 0.0}, "user_namespace": PARTLY_WRONG,
+            "key_writer": PARTLY_WRONG, "key_reader": PARTLY_WRONG, "hardlink_solutions": ZERO,
+            "classmate": ZERO, "copies_classmate": ZERO, "upper": FIXTURES["correct"][1], "hidden": ZERO,
+            "zipped": ZERO, LONG + "_alice": FIXTURES["correct"][1], LONG + "_bob": ZERO,
+            "caf\u00e9": FIXTURES["correct"][1], "cafe\u0301": ZERO}
 
 
 @pytest.mark.parametrize("student", EXPECTED)
@@ -196,7 +280,11 @@ def test_each_notebook_earns_exactly_what_it_answered(attacked, student):
 
 
 def log(output: Path, student: str) -> str:
-    return (output.with_name(f"{output.stem}-logs") / f"{student}.log").read_text(errors="replace")
+    return log_path(output, student).read_text(errors="replace")
+
+
+def log_path(output: Path, student: str) -> Path:
+    return output.with_name(f"{output.stem}-logs") / f"{display_name(student)}.{record_id(student)}.log"
 
 
 def test_nothing_outside_the_sandbox_was_reached(attacked):
@@ -206,7 +294,9 @@ def test_nothing_outside_the_sandbox_was_reached(attacked):
     assert not any((Path(p).parent / "planted.txt").exists() for p in writable)
     assert rows["honest"]["notes"] == "" and rows["tampers"]["notes"] == ""
     assert "not an event" in rows["garbles_the_channel"]["notes"]
-    assert "instead of its functions; graded again without it" in rows["keeps_itself_alive"]["notes"]
+    # its forged "started" comes before its last cell reported (it used to come instead of "ready")
+    assert re.search(r"sent 'started' after \d+ of \d+ cell events; graded again without it",
+                     rows["keeps_itself_alive"]["notes"]), rows["keeps_itself_alive"]
 
 
 def test_no_process_of_a_student_survives(attacked):
@@ -218,7 +308,7 @@ def test_no_process_of_a_student_survives(attacked):
     time.sleep(1.5)  # a survivor would rewrite it every 0.5 s
     assert output.read_text() == before and "mallory" not in before
     details = json.loads(output.with_suffix(".json").read_text())
-    assert details["sandboxed"] is True and details["students"]["leaves_a_survivor"]["scores"] == PARTLY_WRONG
+    assert details["sandboxed"] is True and details["students"][rows["leaves_a_survivor"]["id"]]["scores"] == PARTLY_WRONG
 
 
 def _read(path: Path) -> bytes:
@@ -234,5 +324,50 @@ def test_bombs_and_floods_hit_their_limits(attacked):
     assert 0 < memory < MEMORY_MB, memory
     children = int(re.search(r"fork bomb stopped at (\d+) children", log(output, "fork_bomb")).group(1))
     assert children < LIMITS.processes, children
-    flood = output.with_name(f"{output.stem}-logs") / "floods.log"
+    flood = log_path(output, "floods")
     assert flood.stat().st_size < (LIMITS.output_mb << 20) + 4096 and "[output cut at" in log(output, "floods")
+
+
+def test_hard_links_and_skipped_files_are_rows_with_notes(attacked):
+    """X1, X2, X7: a hard link to the solutions or between two classmates is refused, naming
+    the other file; an upper-case notebook is graded; a hidden one and a zip get a row saying
+    why; a file of no student is listed in the JSON."""
+    rows, output, _ = attacked
+    assert "refused: a hard link" in rows["hardlink_solutions"]["notes"], rows["hardlink_solutions"]
+    assert "same file as 'copies_classmate.ipynb'" in rows["classmate"]["notes"], rows["classmate"]
+    assert "same file as 'classmate.ipynb'" in rows["copies_classmate"]["notes"], rows["copies_classmate"]
+    assert "a hidden file" in rows["hidden"]["notes"] and "an archive (.zip)" in rows["zipped"]["notes"]
+    details = json.loads(output.with_suffix(".json").read_text())
+    assert details["skipped"] == [{"name": "notes.txt", "why": "not a notebook (.ipynb) nor a student's folder"}]
+
+
+def test_every_row_has_its_own_record_and_log(attacked):
+    """X3, X4: names shown alike keep a row, a JSON record and a log each, and say so."""
+    rows, output, _ = attacked
+    details = json.loads(output.with_suffix(".json").read_text())["students"]
+    assert len(details) == len(rows) == len(EXPECTED), sorted(rows)
+    for name in SHOWN_ALIKE_NAMES:
+        assert "shows as another submission's" in rows[name]["notes"] and rows[name]["id"] in details
+        assert log_path(output, name).exists()
+
+
+def test_protocol_attacks_of_issue_63_are_refused(attacked):
+    """X18: a ``ready`` before every cell reported ends that attempt; X19: a request nobody reads
+    is given up at its question's deadline, not the judge's watchdog; X26, X27: no user namespace,
+    no key in the kernel's keyring."""
+    rows, output, _ = attacked
+    assert "sent 'ready' after" in rows["ready_early"]["notes"], rows["ready_early"]
+    assert "q5: tests killed: it stopped reading the grader's requests" in rows["blocks_the_request_pipe"]["notes"]
+    assert "user namespace and tmpfs: Operation not permitted" in log(output, "user_namespace")
+    assert "add_key: Operation not permitted" in log(output, "key_writer")
+    assert "request_key: Operation not permitted" in log(output, "key_reader")
+    left = [p for p in Path(tempfile.gettempdir()).glob("xfl-grade-*") if not _alive_judge(p)]
+    assert left == [], left  # no job folder of an ended judge
+
+
+def _alive_judge(folder: Path) -> bool:
+    """Whether the judge whose pid names ``folder`` (``xfl-grade-<pid>-*``) still runs (another run's)."""
+    try:
+        return Path(f"/proc/{int(folder.name.split('-')[2])}").exists()
+    except (IndexError, ValueError):
+        return True

@@ -195,3 +195,114 @@ def test_the_sandbox_shows_the_student_nothing_of_the_grader(tmp_path):
     under_tmp = sorted({d.relative_to("/tmp").parts[0] for d in sandbox.python_dirs()
                         if d.is_relative_to("/tmp")})
     assert out.strip() == f"['1', '2'] {under_tmp} False True /tmp offline", out
+
+
+def run_sandboxed(tmp_path, code: str, limits=None, cgroup=None, uid=-1) -> str:
+    """What ``code`` prints, run by Python in a real sandbox (with the seccomp filter, the
+    cgroups ``cgroup`` and the uid the grader would give it)."""
+    import subprocess
+    from tools.grading import sandbox
+    job = tmp_path / "job.json"
+    job.write_text("{}")
+    job.chmod(0o644)
+    seccomp = sandbox.seccomp_fd()
+    cmd = sandbox.bwrap_command([sys.executable, "-c", code], job, limits or sandbox.Limits(),
+                                sandbox.sandbox_uid() if uid == -1 else uid, seccomp)
+    try:
+        proc = subprocess.run(cgroup.wrap(cmd) if cgroup else cmd, capture_output=True, text=True, timeout=120,
+                              env={}, pass_fds=() if seccomp is None else (seccomp,))
+    finally:
+        if seccomp is not None:
+            os.close(seccomp)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+KEYS_AND_NAMESPACES = '''
+import ctypes, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def result(r):
+    return "ok" if r >= 0 else os.strerror(ctypes.get_errno())
+add_key = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
+print("add_key:", result(libc.syscall(add_key, b"user", b"answer", b"def attention", 13, -4)))
+print("unshare user:", result(libc.unshare(0x10000000)))
+t = threading.Thread(target=print, args=("a thread runs",)); t.start(); t.join()
+print("a child runs:", subprocess.run(["/usr/bin/true"]).returncode)
+'''
+
+
+def test_no_keys_and_no_user_namespaces_inside_the_sandbox(tmp_path):
+    """The seccomp filter: the kernel keyring (a channel between students of one uid, X27) and
+    new user namespaces (a tmpfs past /tmp's cap, more kernel surface, X26) are refused, while
+    threads and child processes run (``clone3`` falls back to ``clone``)."""
+    out = run_sandboxed(tmp_path, KEYS_AND_NAMESPACES)
+    assert out.splitlines() == ["add_key: Operation not permitted", "unshare user: Operation not permitted",
+                                "a thread runs", "a child runs: 0"], out
+
+
+def test_every_sandbox_gets_its_own_uid():
+    from tools.grading import sandbox
+    if os.geteuid() != 0:
+        pytest.fail("not root: every sandbox runs as the grader's uid (tools/grading/README.md)")
+    uids = {sandbox.sandbox_uid() for _ in range(10)}
+    assert len(uids) == 10 and min(uids) >= sandbox.FIRST_UID and max(uids) < 2**32 - 2
+
+
+SPINNERS = '''
+import os, time
+end = time.monotonic() + {seconds}
+pids = []
+for _ in range({n}):
+    pid = os.fork()
+    if pid == 0:
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+t = os.times()
+print(t.children_user + t.children_system)
+'''
+
+
+def test_a_sandbox_gets_at_most_its_cpu_share(tmp_path):
+    """Spinning processes of one sandbox get ``Limits.cpus`` CPUs' time together (a cpu cgroup),
+    not the machine (N15: 30 spinners made a classmate's grading 6.5x slower)."""
+    from tools.grading import sandbox
+    limits, seconds = sandbox.Limits(cpus=0.05), 2.0  # a share a loaded machine still gives (autogroups)
+    cgroup = sandbox.SandboxCgroup.create(f"xfl-grade-test-{os.getpid()}", 512, limits.cpus)
+    if cgroup is None or "cpu" not in cgroup.controllers:
+        pytest.fail("no cpu cgroup can be made here (run as root with a cpu controller)")
+    try:
+        used = float(run_sandboxed(tmp_path, SPINNERS.format(n=3, seconds=seconds), limits, cgroup))
+        stat = next(p for p in cgroup.paths if (p / "cpu.stat").exists()) / "cpu.stat"
+        throttled = dict(line.split() for line in stat.read_text().splitlines())
+    finally:
+        cgroup.remove()
+    # the quota, not a busy machine, held it back: the kernel throttled the sandbox
+    assert int(throttled.get("nr_throttled", throttled.get("throttled_usec", 0))) > 0, throttled
+    assert used < 1.2 * limits.cpus * seconds + 0.1, f"{used:.2f} CPU seconds in {seconds} s"
+
+
+def test_keys_a_uid_left_behind_are_cleared(tmp_path):
+    """Without the seccomp filter (a machine it does not know) a sandbox's keys would stay with
+    its uid: ``clear_keys`` empties them once the sandbox ended."""
+    from tools.grading import sandbox
+    uid = sandbox.sandbox_uid()
+    if uid is None:
+        pytest.fail("not root: every sandbox runs as the grader's uid")
+    add = f"import ctypes; print(ctypes.CDLL(None).syscall({sandbox._ARCHES[os.uname().machine][1]['add_key']}, " \
+          "b'user', b'answer', b'def attention', 13, -4) > 0)"
+    import subprocess
+    assert subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c", add],
+                          capture_output=True, text=True).stdout == "True\n"
+    assert keys_of(uid) >= 3  # the key, its user keyring and user-session keyring
+    assert sandbox.clear_keys(uid) and keys_of(uid) <= 2  # the two empty keyrings stay, as the kernel keeps them
+
+
+def keys_of(uid: int) -> int:
+    for line in Path("/proc/key-users").read_text().splitlines():
+        if line.split(":")[0].strip() == str(uid):
+            return int(line.split(":")[1].split()[0])
+    return 0

@@ -43,11 +43,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -55,8 +58,9 @@ from pathlib import Path
 from tools.grading.collect import Submission, find_submissions, read_submission
 from tools.grading.judge import load_autograder, notebook_budget, plan_cells  # noqa: F401 (plan_cells: for tests)
 from tools.grading.library_answers import blocked_names
-from tools.grading.results import Grade, ResultStore, display_name, sha256_bytes, sha256_file, write_outputs
-from tools.grading.sandbox import Limits, MemoryCgroup, SandboxUnavailable, check_bwrap
+from tools.grading.results import (Grade, ResultStore, display_name, record_id, safe_text, sha256_bytes, sha256_file,
+                                   write_outputs)
+from tools.grading.sandbox import Limits, SandboxCgroup, SandboxUnavailable, check_bwrap
 from tools.grading.student import Sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,10 +108,13 @@ class Judge:
         return json.loads(line)
 
     def kill(self) -> None:
-        """End the judge; its sandboxes end with it (bwrap's ``--die-with-parent``)."""
+        """End the judge; its sandboxes end with it (bwrap's ``--die-with-parent``); remove what
+        it left: its sandboxes' cgroups and job folders (the notebook's cells)."""
         self.proc.kill()
         self.proc.wait()
-        MemoryCgroup.remove_all(f"xfl-grade-{self.proc.pid}-")
+        SandboxCgroup.remove_all(f"xfl-grade-{self.proc.pid}-")
+        for folder in Path(tempfile.gettempdir()).glob(f"xfl-grade-{self.proc.pid}-*"):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def read_text(sub: Submission) -> tuple[str | None, str | None, str | None]:
@@ -122,6 +129,35 @@ def read_text(sub: Submission) -> tuple[str | None, str | None, str | None]:
         return data.decode("utf-8"), sha256_bytes(data), None
     except UnicodeError:
         return None, sha256_bytes(data), "unreadable notebook: not UTF-8 text"
+
+
+def grader_version(root: Path = ROOT) -> str:
+    """The sha256 of the grader's and ``xfl``'s sources: a change of either can change a grade."""
+    digest = hashlib.sha256()
+    for path in sorted([*(root / "tools" / "grading").glob("*.py"), *(root / "xfl").rglob("*.py")]):
+        digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def record_ids(students) -> dict[str, str]:
+    """A record id per student (``results.record_id``), lengthened until all are distinct."""
+    students = list(students)
+    for digits in range(12, 65, 4):
+        ids = {s: record_id(s, digits) for s in students}
+        if len(set(ids.values())) == len(ids):
+            return ids
+    raise ValueError(f"two students have one sha256: {students}")
+
+
+def name_clashes(students) -> dict[str, str]:
+    """``{student: note}`` for names shown alike (``display_name``: NFC, escapes, the cut at 80
+    characters): the CSV's id column tells their rows apart."""
+    shown: dict[str, list[str]] = {}
+    for s in students:
+        shown.setdefault(display_name(s), []).append(s)
+    ids = record_ids(students)
+    return {s: f"its name shows as another submission's (id {', '.join(ids[o] for o in group if o != s)}): "
+               "tell the rows apart by the id column" for group in shown.values() if len(group) > 1 for s in group}
 
 
 def grade_one(sub: Submission, store: ResultStore, judges: dict[int, Judge], config: dict, job: dict,
@@ -141,7 +177,7 @@ def grade_one(sub: Submission, store: ResultStore, judges: dict[int, Judge], con
         if judges.get(job["slot"]) is None:
             judges[job["slot"]] = Judge(config)
         result = judges[job["slot"]].grade(job | {"text": text}, seconds)
-        grade.scores, grade.cases = result["scores"], result["cases"]
+        grade.scores, grade.cases, grade.limited = result["scores"], result["cases"], bool(result.get("limited"))
         for note in result["notes"]:
             grade.note(note)
     except Exception as e:  # a judge that died or overran, a grader fault: this student's note
@@ -167,35 +203,62 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
         check_bwrap()
     assignment, questions = load_autograder(autograder)  # before any student's code runs
     budget = budget or notebook_budget(limit, grace, len(questions))
-    store = ResultStore(output.with_name(f"{output.stem}-results"), sha256_file(autograder))
     logs = output.with_name(f"{output.stem}-logs")
     logs.mkdir(parents=True, exist_ok=True)
     config = {"autograder": str(Path(autograder).resolve()), "limit": limit, "grace": grace, "budget": budget,
               "library": blocked_names(assignment) if block_library else {}, "memory_mb": judge_memory_mb,
               "sandboxed": sandbox.enabled, "limits": dataclasses.asdict(sandbox.limits)}
+    skipped: list[tuple[str, str]] = []
+    subs = find_submissions(submissions, skipped)
+    ids, clashes = record_ids(subs), name_clashes(subs)
+    store = ResultStore(output.with_name(f"{output.stem}-results"), sha256_file(autograder),
+                        {k: v for k, v in config.items() if k != "autograder"} | {"grader": grader_version()})
     slots: queue.Queue[int] = queue.Queue()
     for slot in range(max(1, jobs)):
         slots.put(slot)
     judges: dict[int, Judge] = {}
 
     def one(sub: Submission) -> Grade:
-        log = logs / f"{display_name(sub.student)}.log"
+        log = logs / f"{display_name(sub.student)}.{ids[sub.student]}.log"
         slot = slots.get()
         try:
             job = {"student": display_name(sub.student), "log": str(log), "slot": slot}
-            return grade_one(sub, store, judges, config, job, budget + JUDGE_SLACK_S, regrade)
+            grade = grade_one(sub, store, judges, config, job, budget + JUDGE_SLACK_S, regrade)
         finally:
             slots.put(slot)
+        grade.id = ids[sub.student]
+        for note in [*sub.remarks, *filter(None, [clashes.get(sub.student)])]:  # this run's, not stored
+            if note not in grade.notes:
+                grade.note(note)
+        return grade
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            grades = list(pool.map(one, find_submissions(submissions).values()))
+            grades = list(pool.map(one, subs.values()))
     finally:
         for judge in judges.values():
             judge.kill()
-    write_outputs(output, grades, questions, {"assignment": assignment, "time_limit_s": limit,
-                                              "notebook_budget_s": budget, "sandboxed": sandbox.enabled})
+    limited = sum(g.limited for g in store.kept)
+    write_outputs(output, grades, questions, {
+        "assignment": assignment, "time_limit_s": limit, "notebook_budget_s": budget, "sandboxed": sandbox.enabled,
+        "config_sha256": store.config_sha, "kept_from_earlier_runs": len(store.kept),
+        "kept_cut_by_time_limits": limited, "skipped": [{"name": safe_text(n, 200), "why": w} for n, w in skipped]})
+    report_run(store, skipped)
     return grades
+
+
+def report_run(store: ResultStore, skipped: list[tuple[str, str]]) -> None:
+    """What a rerun kept or graded again, and every file of the folder that is no submission, on stderr."""
+    if store.kept:
+        limited = sum(g.limited for g in store.kept)
+        print(f"kept {len(store.kept)} results of an earlier run with the same notebook, zip and configuration"
+              + (f"; {limited} of them were cut by its time limits" if limited else "")
+              + " (--regrade grades them again)", file=sys.stderr)
+    if store.changed:
+        print(f"graded {store.changed} notebooks again: their stored results were made under another "
+              "configuration (limits, budget, sandbox, or the grader's version)", file=sys.stderr)
+    for name, why in skipped:
+        print(f"skipped {safe_text(name, 200)!r}: {why}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,13 +279,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="address space of each student's process, MiB (CUDA PyTorch alone maps ~3.3 GiB)")
     parser.add_argument("--sandbox-memory-mb", type=int, default=Limits.sandbox_memory_mb,
                         help="memory all of one student's processes hold together, MiB (as root, a memory cgroup)")
+    parser.add_argument("--sandbox-cpus", type=float, default=Limits.cpus,
+                        help="CPUs' time all of one student's processes get together (as root, a cpu cgroup)")
     parser.add_argument("--judge-memory-mb", type=int, default=JUDGE_MEMORY_MB,
                         help="address space of the grader's process that runs the tests, MiB")
     parser.add_argument("--regrade", action="store_true", help="grade again students already graded")
     parser.add_argument("--unsandboxed", action="store_true",
                         help="run students WITHOUT the bubblewrap sandbox: only for notebooks you trust")
     args = parser.parse_args(argv)
-    limits = Limits(memory_mb=args.memory_mb, sandbox_memory_mb=args.sandbox_memory_mb)
+    limits = Limits(memory_mb=args.memory_mb, sandbox_memory_mb=args.sandbox_memory_mb, cpus=args.sandbox_cpus)
     sandbox = Sandbox(enabled=not args.unsandboxed, limits=limits)
     try:
         grades = grade_folder(args.autograder, args.submissions, args.output, args.timeout, args.grace,

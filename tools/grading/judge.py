@@ -152,26 +152,39 @@ def grade_notebook(student: str, text: str, questions: list[Question], limit: fl
     cells = read_notebook(text, grade, assignment)
     if cells is None:
         return grade
-    pending = list(questions)
-    end = time.monotonic() + (budget or notebook_budget(limit, grace, len(questions)))
+    pending, why = list(questions), None  # why: the last attempt's reason to stop before its questions
+    budget = budget or notebook_budget(limit, grace, len(questions))
+    end = time.monotonic() + budget
     while pending and time.monotonic() < end:
         with StudentProcess(cells, limit, grace, log_path, library or {}, sandbox or Sandbox(), slot,
                             end - time.monotonic()) as proc:
             ran, stopped, functions = proc.run_cells()
             for e in ran:
                 if e.get("timed_out") is True:
+                    grade.limited = True
                     grade.note(f"cell {cells[e['index']].number}: stopped by the time limit")
             if stopped and len(ran) < len(cells):
                 grade.note(f"cell {cells[len(ran)].number}: {stopped}; graded again without it")
                 cells = cells[:len(ran)] + cells[len(ran) + 1:]
                 continue
             if stopped:
+                why = stopped
                 break
             pending = _grade_questions(grade, pending, proc, functions, limit)
+    if pending and time.monotonic() >= end:
+        grade.limited, why = True, f"the notebook's time budget of {budget:g} s ran out"
     for q in pending:
         grade.scores[q.name], grade.cases[q.name] = 0.0, []
-        grade.note(f"{q.name}: not graded (the notebook's process failed; see the log)")
+        grade.note(f"{q.name}: not graded: {why or 'the notebook stopped (see the log)'}")
+    if grade.limited:
+        grade.note(f"time limits of this run (--timeout {limit:g} s, --grace {grace:g} s, a notebook budget of "
+                   f"{budget:g} s) cut this grading: a rerun with other limits, or --regrade, grades it again")
     return grade
+
+
+def is_time_limit(why: str) -> bool:
+    """Whether a reason to stop is a time limit of the run (not the notebook's own doing)."""
+    return "time" in why or "without progress" in why
 
 
 def _grade_questions(grade: Grade, pending: list[Question], proc: StudentProcess,
@@ -182,10 +195,12 @@ def _grade_questions(grade: Grade, pending: list[Question], proc: StudentProcess
             score, cases, note = run_question(q, proc, functions, limit)
         except ProcessLost as e:
             grade.scores[q.name], grade.cases[q.name] = 0.0, []
+            grade.limited |= is_time_limit(str(e))
             grade.note(f"{q.name}: tests {e}")
             return pending[i + 1:]
         grade.scores[q.name], grade.cases[q.name] = score, cases
         if note:
+            grade.limited |= is_time_limit(note)
             grade.note(note)
     return []
 
@@ -212,7 +227,8 @@ def serve(lines, out) -> None:
         grade = grade_notebook(job["student"], job["text"], questions, config["limit"], config["grace"],
                                Path(job["log"]), assignment, config["library"], sandbox, job["slot"],
                                config["budget"])
-        out.write(json.dumps({"scores": grade.scores, "cases": grade.cases, "notes": grade.notes}) + "\n")
+        out.write(json.dumps({"scores": grade.scores, "cases": grade.cases, "notes": grade.notes,
+                              "limited": grade.limited}) + "\n")
         out.flush()
 
 

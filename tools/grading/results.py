@@ -1,9 +1,17 @@
 """The grades: one file per student as soon as that student is graded, then the CSV and JSON.
 
 ``ResultStore`` writes each student's result atomically into ``<output>-results/`` the moment
-it is known, with the sha256 of the notebook and of the autograder zip; the CSV and JSON are
-then assembled from those files. A grader that dies on student k keeps students 1..k-1, and a
-rerun grades only whoever has no result for the same notebook and zip.
+it is known, with the sha256 of the notebook, of the autograder zip and of the run's
+configuration (time limits, budget, memory and sandbox limits, library block, the grader's and
+``xfl``'s sources: ``config_sha256``); the CSV and JSON are then assembled from those files. A
+grader that dies on student k keeps students 1..k-1, and a rerun grades only whoever has no
+result for the same notebook, zip and configuration. A result cut short by a time limit says so
+in its notes and is marked ``limited``; the run counts those it kept.
+
+Each row has a record id (``record_id``: 12 hex digits of the sha256 of the raw file name, the
+start of its result file's name), unique in the run, printable, and the key of the JSON record
+and of the log; names are shown NFC-normalised, and names that show alike (cut at 80
+characters, an undecodable byte beside its escape spelled out, NFC beside NFD) are noted.
 
 Student text is untrusted text: names (file names may hold any byte), notebook metadata and
 the messages tests quote are made UTF-8-safe (``safe_text``: undecodable bytes, lone surrogates
@@ -39,6 +47,8 @@ class Grade:
     scores: dict[str, float] = field(default_factory=dict)
     cases: dict[str, list] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    id: str = ""  # record_id of the raw name
+    limited: bool = False  # a time limit or the budget of this run cut its grading
 
     def note(self, text: str) -> None:
         """Add a note (capped in length and in number)."""
@@ -82,7 +92,20 @@ def csv_cell(text: str) -> str:
 
 
 def display_name(student: str) -> str:
-    return safe_text(student, MAX_NAME)
+    """The name shown: NFC-normalised (so NFC and NFD spellings look alike on purpose, and are
+    told apart by ``record_id``), printable, at most ``MAX_NAME`` characters."""
+    return safe_text(unicodedata.normalize("NFC", student), MAX_NAME)
+
+
+def raw_name(student: str) -> bytes:
+    """The bytes of a file name (undecodable bytes as they were)."""
+    return os.fsencode(student) if _is_name(student) else student.encode("utf-8", "backslashreplace")
+
+
+def record_id(student: str, digits: int = 12) -> str:
+    """A printable id of ``student``'s row: the first ``digits`` hex digits of the sha256 of the
+    raw name (the start of its result file's name)."""
+    return hashlib.sha256(raw_name(student)).hexdigest()[:digits]
 
 
 def sha256_file(path: Path) -> str:
@@ -94,19 +117,29 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class ResultStore:
-    """Per-student result files in ``folder``, each written atomically when it is known."""
+def config_sha(config: dict) -> str:
+    """The sha256 of a run's configuration (JSON with sorted keys)."""
+    return sha256_bytes(json.dumps(config, sort_keys=True).encode())
 
-    def __init__(self, folder: Path, autograder_sha: str):
+
+class ResultStore:
+    """Per-student result files in ``folder``, each written atomically when it is known, for one
+    autograder zip and one configuration (``config``: everything else that can change a grade)."""
+
+    def __init__(self, folder: Path, autograder_sha: str, config: dict | None = None):
         self.folder, self.autograder_sha = folder, autograder_sha
+        self.config = config or {}
+        self.config_sha = config_sha(self.config)
+        self.kept: list[Grade] = []  # results taken from an earlier run
+        self.changed = 0  # stored results of the same notebook and zip, made under another configuration
         folder.mkdir(parents=True, exist_ok=True)
 
     def _path(self, student: str) -> Path:
-        raw = os.fsencode(student) if _is_name(student) else student.encode("utf-8", "backslashreplace")
-        return self.folder / f"{hashlib.sha256(raw).hexdigest()[:32]}.json"
+        return self.folder / f"{hashlib.sha256(raw_name(student)).hexdigest()[:32]}.json"
 
     def have(self, student: str, notebook_sha: str | None) -> Grade | None:
-        """The stored grade of ``student`` if it is for this notebook and this zip."""
+        """The stored grade of ``student`` if it is for this notebook, this zip and this
+        configuration (and not marked to be graded again)."""
         try:
             data = json.loads(self._path(student).read_text())
         except (OSError, ValueError):
@@ -114,13 +147,20 @@ class ResultStore:
         if (data.get("notebook_sha256") != notebook_sha or data.get("autograder_sha256") != self.autograder_sha
                 or data.get("grade_again")):
             return None
-        return Grade(display_name(student), data["scores"], data["cases"], data["notes"])
+        if data.get("config_sha256") != self.config_sha:
+            self.changed += 1
+            return None
+        grade = Grade(display_name(student), data["scores"], data["cases"], data["notes"],
+                      record_id(student), bool(data.get("limited")))
+        self.kept.append(grade)
+        return grade
 
     def record(self, student: str, grade: Grade, notebook_sha: str | None, grade_again: bool = False) -> None:
         """Store ``grade``; ``grade_again``: a fault of the grader's, which a rerun tries again."""
-        grade.student = display_name(student)
-        data = {"student": grade.student, "notebook_sha256": notebook_sha, "grade_again": grade_again,
-                "autograder_sha256": self.autograder_sha, "scores": grade.scores,
+        grade.student, grade.id = display_name(student), record_id(student)
+        data = {"student": grade.student, "id": grade.id, "notebook_sha256": notebook_sha,
+                "grade_again": grade_again, "limited": grade.limited, "autograder_sha256": self.autograder_sha,
+                "config_sha256": self.config_sha, "config": self.config, "scores": grade.scores,
                 "notes": [safe_text(n, MAX_NOTE) for n in grade.notes], "cases": _safe_cases(grade.cases)}
         write_text_atomic(self._path(student), json.dumps(data, indent=1))
 
@@ -133,13 +173,13 @@ def _safe_cases(cases: dict[str, list]) -> dict[str, list]:
 def grades_csv(grades: list[Grade], questions) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["student", *(q.name for q in questions), "total", "possible", "notes"])
+    writer.writerow(["student", "id", *(q.name for q in questions), "total", "possible", "notes"])
     possible = sum(q.points for q in questions)
     for g in grades:
         scores = [g.scores.get(q.name, 0.0) for q in questions]
         notes = "; ".join(safe_text(n, MAX_NOTE) for n in g.notes)
-        writer.writerow([csv_cell(display_name(g.student)), *(_num(s) for s in scores), _num(sum(scores)),
-                         _num(possible), csv_cell(notes)])
+        writer.writerow([csv_cell(safe_text(g.student, MAX_NAME)), g.id, *(_num(s) for s in scores),
+                         _num(sum(scores)), _num(possible), csv_cell(notes)])
     return out.getvalue()
 
 
@@ -148,9 +188,13 @@ def _num(x: float) -> str:
 
 
 def write_outputs(output: Path, grades: list[Grade], questions, details: dict) -> None:
-    """``output`` (CSV) and its JSON, atomically, from the students' results."""
+    """``output`` (CSV) and its JSON, atomically, from the students' results; the JSON's
+    ``students`` are keyed by record id (each record names its student)."""
+    ids = [g.id for g in grades]
+    if len(set(ids)) != len(ids) or "" in ids:
+        raise ValueError(f"record ids must be unique and set, got {sorted(ids)}")
     details = details | {"questions": {q.name: q.points for q in questions},
-                         "students": {display_name(g.student): {"scores": g.scores, "notes": g.notes,
-                                                                 "cases": _safe_cases(g.cases)} for g in grades}}
+                         "students": {g.id: {"student": g.student, "scores": g.scores, "notes": g.notes,
+                                             "limited": g.limited, "cases": _safe_cases(g.cases)} for g in grades}}
     write_text_atomic(output.with_suffix(".json"), json.dumps(details, indent=1))
     write_text_atomic(output, grades_csv(grades, questions))

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.grading import wire
-from tools.grading.sandbox import Limits, MemoryCgroup, bwrap_command, sandbox_uid, student_env
+from tools.grading.sandbox import (Limits, SandboxCgroup, bwrap_command, clear_keys, sandbox_uid, seccomp_fd,
+                                   student_env)
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_S = 30.0  # extra patience for the student's process to start (Python, IPython)
@@ -99,19 +100,22 @@ class StudentProcess:
         self.deadline = time.monotonic() + budget
         self.cells_deadline = time.monotonic() + STARTUP_S + len(cells) * (limit + grace)
         self.n_cells = len(cells)
-        self.uid = sandbox_uid(slot) if sandbox.enabled else None
-        self.cgroup = MemoryCgroup.create(f"xfl-grade-{os.getpid()}-{slot}", sandbox.limits.sandbox_memory_mb)
-        self.tmp = tempfile.TemporaryDirectory(prefix="xfl-grade-")
+        self.uid = sandbox_uid() if sandbox.enabled else None  # a new one per attempt
+        self.cgroup = SandboxCgroup.create(f"xfl-grade-{os.getpid()}-{slot}", sandbox.limits.sandbox_memory_mb,
+                                           sandbox.limits.cpus)
+        self.tmp = tempfile.TemporaryDirectory(prefix=f"xfl-grade-{os.getpid()}-")  # a killed judge's: removed by pid
         job = Path(self.tmp.name) / "job.json"
         job.write_text(json.dumps({"cells": [c.source for c in cells], "limit": limit, "library": library,
                                    "rlimits": sandbox.rlimits(self.uid)}))
         job.chmod(0o644)
         req_read, self.requests = os.pipe()
+        os.set_blocking(self.requests, False)  # the grader's writes have a deadline (``_send``)
         self.events, evt_write = os.pipe()
         entry = "import sys; from tools.grading.worker import main; main(sys.argv[1:])"
+        seccomp = seccomp_fd() if sandbox.enabled else None
         if sandbox.enabled:
-            cmd, cwd, env = bwrap_command([sys.executable, "-c", entry, "/grader/job.json", str(req_read),
-                                           str(evt_write)], job, sandbox.limits, self.uid), None, {}
+            cmd, cwd, env = bwrap_command([str(interpreter()), "-c", entry, "/grader/job.json", str(req_read),
+                                           str(evt_write)], job, sandbox.limits, self.uid, seccomp), None, {}
             cmd = self.cgroup.wrap(cmd) if self.cgroup else cmd
         else:
             work = Path(self.tmp.name) / "work"
@@ -119,10 +123,11 @@ class StudentProcess:
             cmd, cwd = [sys.executable, "-c", entry, str(job), str(req_read), str(evt_write)], work
             env = student_env(ROOT) | {"HOME": str(work), "TMPDIR": str(work), "MPLCONFIGDIR": str(work)}
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, pass_fds=(req_read, evt_write),
+                                     stdin=subprocess.DEVNULL,
+                                     pass_fds=(req_read, evt_write, *(() if seccomp is None else (seccomp,))),
                                      start_new_session=True)
-        os.close(req_read)
-        os.close(evt_write)
+        for fd in (req_read, evt_write, *(() if seccomp is None else (seccomp,))):
+            os.close(fd)
         self.log = threading.Thread(target=keep_output, daemon=True,
                                     args=(self.proc.stdout, log_path, sandbox.limits.output_mb << 20))
         self.log.start()
@@ -152,6 +157,7 @@ class StudentProcess:
         self.proc.wait()
         if self.uid is not None:
             wait_until_gone(self.uid)
+            clear_keys(self.uid)  # what the uid left in the kernel's keyrings (none where seccomp holds)
 
     def receive(self, patience: float, until: float = float("inf")) -> dict:
         """The next event; ``ProcessLost`` if none comes within ``patience`` s (or before ``until``
@@ -207,7 +213,27 @@ class StudentProcess:
                 event = self.receive(step, self.cells_deadline)
         except ProcessLost as e:
             return cells, str(e), []
+        if len(cells) < self.n_cells:  # ``ready`` (or anything) before every cell reported
+            self.kill()
+            return cells, f"sent {event['event'][:40]!r} after {len(cells)} of {self.n_cells} cell events", []
         return cells, *self._functions(event)
+
+    def _send(self, data: bytes, patience: float) -> None:
+        """Write ``data`` to the requests pipe (non-blocking) within ``patience`` s and the
+        notebook's deadline; ``ProcessLost`` if the student's side stops reading or has ended."""
+        deadline, view = min(time.monotonic() + patience, self.deadline), memoryview(data)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [self.requests], [], left)[1]:
+                self.kill()
+                raise ProcessLost(f"killed: it stopped reading the grader's requests ({patience:g} s)"
+                                  if deadline < self.deadline else "killed: the notebook's time budget ran out")
+            try:
+                view = view[os.write(self.requests, view):]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                raise ProcessLost("ended the grader") from None
 
     def _functions(self, event: dict) -> tuple[str | None, list[str]]:
         """(None, the functions) of a well-formed ``ready`` event, else (why, [])."""
@@ -224,10 +250,7 @@ class StudentProcess:
         self.next_id += 1
         request = {"id": self.next_id, "question": question, "function": function, "seconds": seconds,
                    "args": wire.to_plain(list(args)), "kwargs": wire.to_plain(kwargs)}
-        try:
-            os.write(self.requests, (json.dumps(request) + "\n").encode())
-        except BrokenPipeError:
-            raise ProcessLost("ended the grader") from None
+        self._send((json.dumps(request) + "\n").encode(), seconds + self.grace)
         reply = self.receive(seconds + self.grace)
         if reply.get("event") != "reply" or reply.get("id") != self.next_id:
             self.kill()
@@ -240,6 +263,13 @@ class StudentProcess:
         if reply.get("error") is not None:
             raise student_exception(reply.get("error_type"), f"{function} raised {str(reply['error'])[:2000]}")
         return wire.from_plain(reply.get("value"))  # NotPlain (a failed test) if malformed
+
+
+def interpreter() -> Path:
+    """This Python as the sandbox sees it: its folder with links resolved (a virtual environment
+    reached through a link is bound at its real place), its own name kept (a venv's ``python``
+    is a link whose name makes it the venv's)."""
+    return Path(sys.executable).parent.resolve() / Path(sys.executable).name
 
 
 def keep_output(stream, log_path: Path, cap: int) -> None:
