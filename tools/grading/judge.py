@@ -29,6 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.grading.magics import cell_notes
 from tools.grading.results import MAX_MESSAGE, Grade, quoted
 from tools.grading.sandbox import Limits
 from tools.grading.student import (STARTUP_S, Cell, ProcessLost, Proxy, QuestionTimeLimit, Sandbox,
@@ -163,6 +164,9 @@ def grade_notebook(student: str, text: str, questions: list[Question], limit: fl
                 if e.get("timed_out") is True:
                     grade.limited = True
                     grade.note(f"cell {cells[e['index']].number}: stopped by the time limit")
+                for note in cell_notes(e, cells[e["index"]].number):  # raised, skipped a shell line
+                    if note not in grade.notes:  # a notebook graded again runs its cells again
+                        grade.note(note)
             if stopped and len(ran) < len(cells):
                 grade.note(f"cell {cells[len(ran)].number}: {stopped}; graded again without it")
                 cells = cells[:len(ran)] + cells[len(ran) + 1:]

@@ -2,7 +2,8 @@
 
 Inside, the student's code sees a private ``/tmp`` (its working folder, a bounded tmpfs), its own
 job (the notebook's cells, read-only), the installed Python (the interpreter's prefixes), ``xfl``
-and the two grader modules it talks through (``tools.grading.worker``, ``tools.grading.wire``), read-only, ``/usr``
+and the three grader modules it runs (``tools.grading.worker``, ``tools.grading.wire``,
+``tools.grading.magics``), read-only, ``/usr``
 read-only, a private ``/proc`` with its own processes only, and no network. Nothing else: no
 autograder zip or tests, no solutions, no other submission, no grades, no repository checkout,
 and no data folder (the exercises' tests build their own small inputs).
@@ -46,7 +47,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 INSIDE = Path("/grader")  # where the job and the code the student's process runs are mounted
-STUDENT_MODULES = ("tools/__init__.py", "tools/grading/__init__.py", "tools/grading/worker.py", "tools/grading/wire.py")
+STUDENT_MODULES = ("tools/__init__.py", "tools/grading/__init__.py", "tools/grading/worker.py", "tools/grading/wire.py",
+                   "tools/grading/magics.py")
 FIRST_UID = 1_900_000_000  # as root, attempt k of judge pid p runs as FIRST_UID + UIDS_PER_JUDGE p + k % UIDS_PER_JUDGE
 UIDS_PER_JUDGE = 512  # pid_max is at most 2**22: FIRST_UID + 2**31 stays below 2**32 - 2
 CPU_PERIOD_US = 100_000

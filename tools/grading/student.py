@@ -24,6 +24,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -275,14 +276,28 @@ def interpreter() -> Path:
 def keep_output(stream, log_path: Path, cap: int) -> None:
     """Copy what the student's process prints into its log, at most ``cap`` bytes; read (and
     drop) the rest, so that printing never blocks the student."""
-    kept = 0
+    kept, held = 0, b""
     with stream, open(log_path, "ab") as log:
         while chunk := stream.read1(1 << 16):
             if kept < cap:
-                log.write(chunk[:cap - kept])
-                kept += len(chunk)
+                text, held = plain_text(held + chunk)
+                log.write(text[:cap - kept])
+                kept += len(text)
                 if kept >= cap:
                     log.write(f"\n[output cut at {cap} bytes]\n".encode())
+        log.write(held[:max(0, cap - kept)])
+
+
+ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+ANSI_START = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*)?$")  # an escape cut by a chunk's end
+
+
+def plain_text(data: bytes) -> tuple[bytes, bytes]:
+    """(``data`` without terminal escape codes (colours, cursor moves), an escape sequence begun
+    at its end and held back for the next chunk)."""
+    cut = ANSI_START.search(data, max(0, len(data) - 256))
+    held = data[cut.start():] if cut else b""
+    return ANSI.sub(b"", data[:len(data) - len(held)]), held
 
 
 def wait_until_gone(uid: int, seconds: float = 10.0) -> None:

@@ -29,6 +29,7 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
+from tools.grading import magics
 from tools.grading.wire import from_plain, to_plain
 
 CALLED: list[str] = []  # the blocked library functions called during the current call
@@ -152,9 +153,15 @@ def run_cells(shell, cells: list[str], limit: float, send) -> None:
     for index, source in enumerate(cells):
         result, timed_out = call_with_limit(lambda: shell.run_cell(source, store_history=False), limit)
         timed_out = timed_out or isinstance(getattr(result, "error_in_exec", None), TimeLimit)
-        error = None if timed_out or result is None or result.success else repr(
+        error = None if timed_out or result is None or result.success else _error_text(
             result.error_in_exec or result.error_before_exec)
-        send(event="cell", index=index, timed_out=timed_out, error=error)
+        send(event="cell", index=index, timed_out=timed_out, error=error, skipped=magics.take_skipped())
+
+
+def _error_text(error: BaseException | None) -> str:
+    """``TypeName: message`` of a cell's exception, capped (the grader notes it)."""
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= 300 else text[:300] + "..."
 
 
 def set_limits(limits: dict[str, int]) -> None:
@@ -175,9 +182,7 @@ def serve(job_path: Path, requests_fd: int, events_fd: int) -> None:
         events.flush()
 
     signal.signal(signal.SIGALRM, _on_alarm)
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
+    shell = magics.grading_shell()  # magics as in a kernel; shell lines and installs skipped
     send(event="started")
     run_cells(shell, job["cells"], job["limit"], send)
     namespace = dict(shell.user_ns)  # a snapshot: later calls cannot rename the answers
