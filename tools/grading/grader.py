@@ -56,6 +56,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tools.grading.collect import Submission, find_submissions, read_submission
+from tools.grading.feedback import feedback_folder, write_feedback
 from tools.grading.judge import load_autograder, notebook_budget, plan_cells  # noqa: F401 (plan_cells: for tests)
 from tools.grading.library_answers import blocked_names
 from tools.grading.results import (Grade, ResultStore, display_name, record_id, safe_text, sha256_bytes, sha256_file,
@@ -199,6 +200,7 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
     ``sandbox.enabled`` is False). ``block_library=False`` lets the library answer (to check
     that its answers are right)."""
     sandbox = sandbox or Sandbox()
+    output = Path(output).absolute()  # the judges run in the repository root, not in the caller's folder
     if sandbox.enabled:
         check_bwrap()
     assignment, questions = load_autograder(autograder)  # before any student's code runs
@@ -286,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regrade", action="store_true", help="grade again students already graded")
     parser.add_argument("--unsandboxed", action="store_true",
                         help="run students WITHOUT the bubblewrap sandbox: only for notebooks you trust")
+    parser.add_argument("--reveal-hidden", action="store_true",
+                        help="the feedback files show the hidden tests' messages (they can quote hidden inputs)")
     args = parser.parse_args(argv)
     limits = Limits(memory_mb=args.memory_mb, sandbox_memory_mb=args.sandbox_memory_mb, cpus=args.sandbox_cpus)
     sandbox = Sandbox(enabled=not args.unsandboxed, limits=limits)
@@ -294,13 +298,31 @@ def main(argv: list[str] | None = None) -> int:
                               args.jobs, sandbox=sandbox, budget=args.budget,
                               judge_memory_mb=args.judge_memory_mb, regrade=args.regrade)
     except SandboxUnavailable as e:
-        print(f"refusing to grade: {e}.\nWithout a sandbox a notebook can read the solutions and other "
-              "students' work, change the hidden tests and the grades, and kill the grader. Install "
-              "bubblewrap (make sandbox-deps), or pass --unsandboxed to grade notebooks you trust.",
-              file=sys.stderr)
+        print(f"refusing to grade: {e}.\n{NO_SANDBOX}", file=sys.stderr)
         return 2
-    print(f"graded {len(grades)} notebooks -> {args.output}")
+    print(run_summary(grades, args.output))
+    files = write_feedback(args.output.with_suffix(".json"), reveal_hidden=args.reveal_hidden)
+    print(f"feedback for {len(files) // 2} students -> {feedback_folder(args.output.with_suffix('.json'))}"
+          + (" (hidden tests' messages shown)" if args.reveal_hidden else ""))
     return 0
+
+
+NO_SANDBOX = ("Each notebook runs in a bubblewrap sandbox, which needs Linux (user namespaces). Without it "
+              "a notebook can read the solutions and other students' work, change the hidden tests and the "
+              "grades, and kill the grader. On Linux: install bubblewrap (make sandbox-deps). On macOS or "
+              "Windows: grade inside a Linux virtual machine or container that allows user namespaces "
+              "(e.g. docker run --security-opt seccomp=unconfined). Or pass --unsandboxed, only for "
+              "notebooks you trust.")
+
+
+def run_summary(grades: list[Grade], output: Path) -> str:
+    """What this run did: how many notebooks it graded and how many results it kept from an
+    earlier run (read back from the JSON it wrote)."""
+    kept = json.loads(output.with_suffix(".json").read_text()).get("kept_from_earlier_runs", 0)
+    if kept == len(grades):
+        return (f"nothing new to grade: all {kept} notebooks have results for the same notebook, zip and "
+                f"configuration (--regrade grades them again) -> {output}")
+    return f"graded {len(grades) - kept} notebooks, kept {kept} earlier results -> {output}"
 
 
 if __name__ == "__main__":
