@@ -63,7 +63,7 @@ def submission(student: nbformat.NotebookNode, solved: nbformat.NotebookNode,
     for number, (cell, answer) in enumerate(zip(nb.cells, solved.cells), start=1):
         if "otter_answer_cell" in cell.metadata.get("tags", []):
             cell.source = answer.source if fill else cell.source
-            edit = edits.get(question_of[number], cell.source)
+            edit = edits.get(question_of.get(number), cell.source)  # a written answer: no code question
             if edit is None:
                 continue
             cell.source = edit

@@ -81,7 +81,8 @@ def parse(source: Path) -> tuple[list[str], list[Question]]:
         mark = marker(cell)
         if mark == "# BEGIN QUESTION":
             config = yaml.safe_load(cell.source.split("\n", 1)[1])
-            questions.append(Question(config["name"], float(config["points"])))
+            if not config.get("manual"):  # a written question: graded by hand, no tests
+                questions.append(Question(config["name"], float(config["points"])))
         elif mark in ("# BEGIN SOLUTION", "# BEGIN TESTS"):
             block = mark.split()[-1]
         elif mark in ("# END SOLUTION", "# END TESTS"):

@@ -38,6 +38,7 @@ DEFAULT_OUT = ROOT / "_build" / "exercises"
 DEFAULT_PAGES = ROOT / "book" / "exercises"
 SETUP_MARKER = "otter.Notebook("
 CHECK_PREFIX = "grader.check("
+WRITTEN_PLACEHOLDER = "_Type your answer here, replacing this text._"  # otter's empty text answer
 
 BUNDLED_SETUP = '''\
 # grader.check("q1") runs the public tests of question q1. They are bundled here, so this
@@ -90,6 +91,16 @@ def bundle_public_tests(nb: nbformat.NotebookNode, tests_dir: Path) -> None:
     setup[0].metadata.setdefault("jupyter", {})["source_hidden"] = True  # folded in JupyterLab
 
 
+def drop_written_placeholders(nb: nbformat.NotebookNode) -> None:
+    """otter keeps a written (manual) question's empty answer cell in the solutions notebook,
+    before the model answer: drop it, so that the solutions and the student notebook have the
+    same cells."""
+    cells = nb.cells
+    nb.cells = [c for i, c in enumerate(cells)
+                if not (c.cell_type == "markdown" and c.source.strip() == WRITTEN_PLACEHOLDER and i + 1 < len(cells)
+                        and "otter_assign_solution_cell" in cells[i + 1].metadata.get("tags", []))]
+
+
 def build_chapter(source: Path, out: Path, run_tests: bool = True) -> dict[str, Path]:
     """Student notebook, autograder zip and solutions notebook for one chapter, under ``out``."""
     chapter = chapter_of(source)
@@ -110,10 +121,12 @@ def build_chapter(source: Path, out: Path, run_tests: bool = True) -> dict[str, 
             path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(paths["student"]) as tmp:
             nbformat.write(student, tmp)
-        for src, dst in ((zip_path, paths["autograder"]),
-                         (result / "autograder" / f"{name}.ipynb", paths["solutions"])):
-            with atomic_path(dst) as tmp:
-                shutil.copyfile(src, tmp)
+        with atomic_path(paths["autograder"]) as tmp:
+            shutil.copyfile(zip_path, tmp)
+        solutions = nbformat.read(result / "autograder" / f"{name}.ipynb", as_version=4)
+        drop_written_placeholders(solutions)
+        with atomic_path(paths["solutions"]) as tmp:
+            nbformat.write(solutions, tmp)
     return paths
 
 
