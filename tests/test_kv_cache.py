@@ -202,8 +202,9 @@ def test_sample_with_and_without_cache(positions, norm_first, max_new):
     draw = lambda **kw: sample(model, prefix, max_new, generator=torch.Generator().manual_seed(3), **kw)
     uncached = draw(use_cache=False)
     assert torch.equal(draw(), uncached) and uncached.shape == (3, 2 + max_new)
-    assert torch.equal(draw(temperature=0.5, top_k=3, eos=4), draw(temperature=0.5, top_k=3, eos=4,
-                                                                     use_cache=False))
+    stopped = draw(temperature=0.5, top_k=3, eos=4)
+    assert torch.equal(stopped, draw(temperature=0.5, top_k=3, eos=4, use_cache=False))
+    assert not stopped.is_inference()
 
 
 @NORMS
@@ -215,9 +216,14 @@ def test_greedy_sampling_is_the_argmax_of_the_full_model_and_draws_nothing(norm_
     state = generator.get_state()
     tokens = sample(model, prefix, 12, temperature=0.3, top_k=1, generator=generator)
     assert torch.equal(generator.get_state(), state) and tokens.shape == (3, 15) and tokens.dtype == torch.long
+    assert not tokens.is_inference()  # made under torch.inference_mode, returned as an ordinary tensor
     for t in range(3, 15):
         assert torch.equal(tokens[:, t], model(tokens[:, max(0, t - 8):t])[:, -1].argmax(-1)), t
     assert torch.equal(sample(model, prefix, 12, top_k=1, use_cache=False), tokens)
+    eos = int(tokens[0, 5])  # row 0 alone, stopping at its first eos: the tokens up to it, then none
+    end = 3 + int((tokens[0, 3:] == eos).nonzero()[0, 0]) + 1
+    stopped = sample(model, prefix[:1], 12, top_k=1, eos=eos)
+    assert torch.equal(stopped, tokens[:1, :end]) and end < 15 and not stopped.is_inference()
 
 
 def test_sample_from_a_prefix_longer_than_max_len():

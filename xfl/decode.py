@@ -118,25 +118,35 @@ def sample(model: nn.Module, prefix: Tensor, max_new: int, temperature: float = 
     _check_sampling(model, prefix, max_new, temperature, top_k, eos)
     if max_new == 0:
         return prefix
-    (B, L), window = prefix.shape, model.config.max_len
-    tokens = torch.empty(B, L + max_new, dtype=torch.long, device=prefix.device)  # filled to column t
+    (B, L) = prefix.shape
+    tokens = torch.empty(B, L + max_new, dtype=torch.long, device=prefix.device)  # (B, L + max_new)
     tokens[:, :L] = prefix
-    done = torch.zeros(B, dtype=torch.bool, device=prefix.device)
-    with eval_mode(model), trusted_inputs():  # the prefix is checked; the rest are the model's ids
-        cache = model.new_cache() if use_cache and _can_cache(model) else None
-        for t in range(L, L + max_new):
-            if cache is not None and t <= window:
-                logits = model.forward_step(tokens[:, len(cache):t], cache)[:, -1]  # (B, V): new tokens only
-            else:
-                logits = model(tokens[:, max(0, t - window):t])[:, -1]  # (B, V): the last max_len tokens again
-            nxt = _next_token(logits, temperature, top_k, generator)  # (B,)
-            if eos is not None:
-                nxt = nxt.masked_fill(done, eos)  # a finished row repeats EOS
-                done |= nxt == eos
-            tokens[:, t] = nxt
-            if eos is not None and done.all():
-                return tokens[:, :t + 1].clone()
-    return tokens
+    # inference_mode: no autograd bookkeeping per op; the prefix is checked, the rest are the model's ids
+    with eval_mode(model), torch.inference_mode(), trusted_inputs():
+        end = _fill(model, tokens, L, temperature, top_k, eos, generator, use_cache)
+    return tokens if end == tokens.shape[1] else tokens[:, :end].clone()
+
+
+def _fill(model: nn.Module, tokens: Tensor, start: int, temperature: float, top_k: int | None,
+          eos: int | None, generator: torch.Generator | None, use_cache: bool) -> int:
+    """``sample``'s loop: write tokens into columns ``start, start + 1, ...`` of ``tokens (B, T)``
+    (the first ``start`` hold the prefix); return how many columns are filled (fewer than T when
+    every row has produced ``eos``)."""
+    window, done = model.config.max_len, torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+    cache = model.new_cache() if use_cache and _can_cache(model) else None
+    for t in range(start, tokens.shape[1]):
+        if cache is not None and t <= window:
+            logits = model.forward_step(tokens[:, len(cache):t], cache)[:, -1]  # (B, V): new tokens only
+        else:
+            logits = model(tokens[:, max(0, t - window):t])[:, -1]  # (B, V): the last max_len tokens again
+        nxt = _next_token(logits, temperature, top_k, generator)  # (B,)
+        if eos is not None:
+            nxt = nxt.masked_fill(done, eos)  # a finished row repeats EOS
+            done |= nxt == eos
+        tokens[:, t] = nxt
+        if eos is not None and done.all():
+            return t + 1
+    return tokens.shape[1]
 
 
 def sequence_log_prob(model: nn.Module, src: Tensor, hypothesis: list[int], sos: int,
