@@ -102,6 +102,7 @@ release: _build/exercises/autograder/$(CHAPTER)-autograder.zip
 #   make feedback CHAPTER=ch01_qkv [REVEAL=1]  feedback files again, with written points (REVEAL: hidden tests' messages)
 GRADES ?= grades
 grade: _build/exercises/autograder/$(CHAPTER)-autograder.zip grade-deps
+	@echo "Grading $(SUBMISSIONS)/ in bubblewrap sandboxes (Linux with bwrap: $$(command -v bwrap))"
 	$(BIN)/python -m tools.grading $< $(SUBMISSIONS) -o $(GRADES)/$(CHAPTER).csv --timeout $(TIMEOUT) --jobs $(JOBS)
 written: $(STAMP)
 	$(BIN)/python -m tools.grading.written export $(CHAPTER) $(SUBMISSIONS) -o $(GRADES)/$(CHAPTER)-written.csv
