@@ -46,6 +46,68 @@ def dropout_attention_grads(q, k, v, p, seed, grad_out):
     return out.detach(), dq, dk, dv, saved_shapes
 '''
 
+_KERNEL_HEAD = '''
+@triton.jit
+def flash_forward_kernel(Q, K, V, O, LSE, L_q, L_k, scale,
+                         IS_CAUSAL: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr):
+    qb, bh = tl.program_id(0), tl.program_id(1)
+    rows = qb * BLOCK + tl.arange(0, BLOCK)
+    cols = tl.arange(0, BLOCK)
+    feats = tl.arange(0, D)
+    q = tl.load(Q + bh * L_q * D + rows[:, None] * D + feats[None, :], mask=rows[:, None] < L_q, other=0.0)
+    k_ptrs = K + bh * L_k * D + cols[:, None] * D + feats[None, :]
+    v_ptrs = V + bh * L_k * D + cols[:, None] * D + feats[None, :]
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    l = tl.full([BLOCK], 0.0, tl.float32)
+    acc = tl.full([BLOCK, D], 0.0, tl.float32)
+'''
+
+_KERNEL_TAIL = '''    tl.store(O + bh * L_q * D + rows[:, None] * D + feats[None, :], acc / l[:, None], mask=rows[:, None] < L_q)
+    tl.store(LSE + bh * L_q + rows, m + tl.log(l), mask=rows < L_q)
+
+
+def flash_forward(q, k, v, is_causal):
+    q, k, v = (x.contiguous() for x in (q, k, v))
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32)
+    grid = (triton.cdiv(q.shape[1], 16), q.shape[0])
+    flash_forward_kernel[grid](q, k, v, out, lse, q.shape[1], k.shape[1], 1 / math.sqrt(q.shape[-1]),
+                               IS_CAUSAL=bool(is_causal), BLOCK=16, D=q.shape[-1])
+    return out, lse
+'''
+
+_LOADS = '''        keys = start + cols
+        k = tl.load(k_ptrs + start * D, mask=keys[:, None] < L_k, other=0.0)
+        v = tl.load(v_ptrs + start * D, mask=keys[:, None] < L_k, other=0.0)
+'''
+
+_MASKED = '''        allowed = keys[None, :] < L_k
+        if IS_CAUSAL:
+            allowed = allowed & (keys[None, :] <= rows[:, None])
+        s = tl.where(allowed, s, float("-inf"))
+'''
+
+_ONLINE = '''        m_new = tl.maximum(m, tl.max(s, axis=1))
+        shrink = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l = l * shrink + tl.sum(p, axis=1)
+        acc = acc * shrink[:, None] + tl.dot(p, v, input_precision="ieee")
+        m = m_new
+'''
+
+_SCORES = '''        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+'''
+
+_ALL_BLOCKS = '''    end = tl.minimum(L_k, (qb + 1) * BLOCK) if IS_CAUSAL else L_k
+    for start in range(0, end, BLOCK):
+'''
+
+
+def _kernel(loop: str) -> str:
+    """The answer cell of question 8 with ``loop`` as the part the student writes."""
+    return _KERNEL_HEAD + loop + _KERNEL_TAIL
+
+
 WRONG_ANSWERS: dict[str, dict[str, str]] = {
     "q1": {
         "adds the sums without rescaling them to the common maximum": '''
@@ -285,5 +347,30 @@ def dropout_attention_grads(q, k, v, p, seed, grad_out):
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_out)
     return out.detach(), dq, dk, dv, saved_shapes
 ''',
+    },
+    "q8": {
+        "no running maximum: exp of the raw scores": _kernel(_ALL_BLOCKS + _LOADS + _SCORES + _MASKED + '''        p = tl.exp(s)
+        l = l + tl.sum(p, axis=1)
+        acc = acc + tl.dot(p, v, input_precision="ieee")
+    m = tl.full([BLOCK], 0.0, tl.float32)
+'''),
+        "each block's own maximum, the old sums never rescaled": _kernel(_ALL_BLOCKS + _LOADS + _SCORES + _MASKED + '''        m = tl.maximum(m, tl.max(s, axis=1))
+        p = tl.exp(s - m[:, None])
+        l = l + tl.sum(p, axis=1)
+        acc = acc + tl.dot(p, v, input_precision="ieee")
+'''),
+        "causal skip one block early: stops before the diagonal block": _kernel('''    end = tl.minimum(L_k, qb * BLOCK) if IS_CAUSAL else L_k
+    for start in range(0, end, BLOCK):
+''' + _LOADS + _SCORES + _MASKED + _ONLINE),
+        "causal skip one block late: loads a block after the last query": _kernel('''    end = tl.minimum(L_k, (qb + 2) * BLOCK) if IS_CAUSAL else L_k
+    for start in range(0, end, BLOCK):
+''' + _LOADS + _SCORES + _MASKED + _ONLINE),
+        "no scale: the raw dot products": _kernel(_ALL_BLOCKS + _LOADS + '''        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+''' + _MASKED + _ONLINE),
+        "scales by 1/d, not 1/sqrt(d)": _kernel(_ALL_BLOCKS + _LOADS + '''        s = tl.dot(q, tl.trans(k), input_precision="ieee") / D
+''' + _MASKED + _ONLINE),
+        "the last partial key block unmasked: its padding keys score 0": _kernel(_ALL_BLOCKS + _LOADS + _SCORES + '''        if IS_CAUSAL:
+            s = tl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
+''' + _ONLINE),
     },
 }
