@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import platform
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -113,6 +114,30 @@ def test_a_release_colab_has_that_does_not_install_here_gets_the_nearest(monkeyp
         "oldpkg": ("1.2.5", None), "numpy": ("2.1.3", "2.4.0")}
     with pytest.raises(ValueError, match="no installable version to stand in for 1.2.3"):
         colab_env.nearest_version("1.2.3", [])
+
+
+def test_a_pin_of_colabs_freeze_that_pip_refuses_is_dropped_with_pips_reason(monkeypatch):
+    """The whole freeze is the build's constraints; a pin pip refuses (known up front, or named
+    by pip's conflict report) is dropped, recorded with pip's reason, and the install retried."""
+    refusal = ("The conflict is caused by:\n    torch 2.11.0 depends on cuda-pathfinder>=1.7\n"
+               "    The user requested (constraint) cuda-pathfinder==1.6.0\n")
+    tries = []
+
+    def install(env, chosen, constraints):
+        tries.append(dict(constraints))
+        if "cuda-pathfinder" in constraints:
+            raise subprocess.CalledProcessError(1, ["pip"], output=refusal)
+
+    monkeypatch.setattr(colab_env, "_install_pinned", install)
+    freeze = {"torch": "2.11.0+cu128", "cuda-toolkit": "12.8.1", "cuda-pathfinder": "1.6.0", "numpy": "2.1.3"}
+    kept, dropped = colab_env.install_under_freeze(Path("env"), {"torch": "2.11.0"}, freeze)
+    assert kept == {"torch": "2.11.0", "numpy": "2.1.3"} and len(tries) == 2
+    assert [(d["package"], d["colab"]) for d in dropped] == [("cuda-toolkit", "12.8.1"), ("cuda-pathfinder", "1.6.0")]
+    assert "depends on cuda-pathfinder>=1.7" in dropped[1]["why"]
+    monkeypatch.setattr(colab_env, "_install_pinned", lambda *a: (_ for _ in ()).throw(
+        subprocess.CalledProcessError(1, ["pip"], output="ERROR: something else")))
+    with pytest.raises(RuntimeError, match="naming no constraint"):
+        colab_env.install_under_freeze(Path("env"), {"torch": "2.11.0"}, {"numpy": "2.1.3"})
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

@@ -185,8 +185,8 @@ def _pip_constrained(env: Path, args: list[str], constraints: dict[str, str], *f
     with tempfile.TemporaryDirectory() as tmp:
         pinned = Path(tmp) / "constraints.txt"
         pinned.write_text("".join(f"{n}=={v}\n" for n, v in sorted(constraints.items())), encoding="utf-8")
-        cmd = [str(python_of(env)), "-m", "pip", "--disable-pip-version-check", "install", "-q",
-               *flags, "-c", str(pinned), *args]
+        cmd = [str(python_of(env)), "-m", "pip", "--disable-pip-version-check", "install",  # not -q:
+               *flags, "-c", str(pinned), *args]  # pip says which pins conflict only without it
         proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, cmd, output=proc.stdout + proc.stderr)
@@ -204,12 +204,27 @@ def refused_constraints(pip_output: str, constraints: dict[str, str]) -> dict[st
     return {n: why for n, why in found.items() if n in constraints}
 
 
+# Colab's pins that pip refused beside PyPI's torch 2.11.0 (CUDA 13) when this environment was
+# built on 2026-11-28, with pip's reasons: dropped before the first try, since each refusal found
+# costs a resolution of minutes. Any other refusal is still found and dropped by the loop.
+KNOWN_REFUSED = {
+    "cuda-toolkit": 'pip: torch 2.11.0 depends on cuda-toolkit==13.0.2; platform_system == "Linux"',
+    "cuda-bindings": 'pip: torch 2.11.0 depends on cuda-bindings<14 and >=13.0.3; platform_system == "Linux"',
+    "nvidia-nccl-cu13": 'pip: torch 2.11.0 depends on nvidia-nccl-cu13==2.28.9; platform_system == "Linux"',
+}
+
+
 def install_under_freeze(env: Path, chosen: dict[str, str], freeze: dict[str, str],
                          attempts: int = 12) -> tuple[dict[str, str], list[dict]]:
-    """Install ``chosen`` with Colab's ``freeze`` (local build tags dropped) as constraints;
-    each constraint pip refuses is dropped and the install tried again. Returns the constraints
-    kept and a deviation for each dropped one."""
-    constraints, dropped = public_releases(freeze)[0], []
+    """Install ``chosen`` with Colab's ``freeze`` (local build tags dropped) as constraints,
+    less :data:`KNOWN_REFUSED`; each constraint pip refuses is dropped and the install tried
+    again. Returns the constraints kept and a deviation for each dropped one."""
+    constraints = public_releases(freeze)[0]
+    dropped = [{"package": n, "colab": freeze[n], "here": None,
+                "why": f"Colab's pin dropped from the constraints: {why} (found on 2026-11-28)"}
+               for n, why in KNOWN_REFUSED.items() if n in constraints]
+    for d in dropped:
+        del constraints[d["package"]]
     for _ in range(attempts):
         try:
             _install_pinned(env, chosen, constraints)
@@ -219,6 +234,7 @@ def install_under_freeze(env: Path, chosen: dict[str, str], freeze: dict[str, st
             if not refused:
                 raise RuntimeError(f"pip failed, naming no constraint of Colab's freeze:\n{error.output[-3000:]}")
             for name, why in refused.items():
+                print(f"colab-like: pip refuses Colab's {name}=={constraints[name]} ({why}); trying without it")
                 dropped.append({"package": name, "colab": freeze[name], "here": None,
                                 "why": f"Colab's pin dropped from the constraints: {why}"})
                 del constraints[name]
@@ -231,13 +247,13 @@ found = {}
 for dist in metadata.distributions():
     for req in dist.requires or []:
         name = re.split(r"[ ;<>=!~\\[(]", req, maxsplit=1)[0]
-        if "extra ==" not in req:
-            found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), []).append(dist.metadata["Name"])
+        via = " (an extra)" if "extra ==" in req else ""
+        found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), []).append(dist.metadata["Name"] + via)
 print(json.dumps(found))"""
 
 
 def required_by(env: Path) -> dict[str, list[str]]:
-    """``{package: [packages of env that require it]}`` (extras left out)."""
+    """``{package: [packages of env that require it, or name it in an extra]}``."""
     out = subprocess.run([str(python_of(env)), "-c", REQUIRED_BY], check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
@@ -252,7 +268,7 @@ def environment_deviations(installed: dict[str, str], freeze: dict[str, str], ex
         colab = freeze.get(name)
         if colab is not None and colab.split("+")[0] == version.split("+")[0]:
             continue
-        why = reasons.get(name) or (f"required by {', '.join(sorted(needs[name]))}" if needs.get(name)
+        why = reasons.get(name) or (f"required by {', '.join(sorted(set(needs[name])))}" if needs.get(name)
                                     else "pip's choice")
         found.append({"package": name, "colab": colab, "here": version,
                       "why": why if colab is not None else f"not on Colab; {why}"})
@@ -266,7 +282,7 @@ def ensure_preinstalled(env: Path = DEFAULT_ENV) -> Path:
     freeze = read_freeze()[1]
     spec = json.dumps({"python": sys.version_info[:2], "list": pins, "freeze": freeze})
     stamp = env / ".colab-spec"
-    if stamp.exists() and stamp.read_text() == spec and python_of(env).exists():
+    if stamp.exists() and stamp.read_text() == spec and (env / "colab-base.json").exists():
         return python_of(env)
     stamp.unlink(missing_ok=True)  # a half-built environment is never taken for a finished one
     venv.EnvBuilder(clear=True, with_pip=True).create(env)
@@ -274,7 +290,8 @@ def ensure_preinstalled(env: Path = DEFAULT_ENV) -> Path:
     chosen, deviations = public_releases(pins)
     try:
         constraints, dropped = install_under_freeze(env, chosen, freeze)
-    except RuntimeError:  # some release of the list does not install here: find which
+    except RuntimeError as error:  # some release of the list does not install here: find which
+        print(f"colab-like: {error}\ncolab-like: looking for the releases of the list that do not install here")
         chosen, stood_in = stand_ins(env, chosen)
         deviations += stood_in
         constraints, dropped = install_under_freeze(env, chosen, {n: v for n, v in freeze.items()
@@ -284,10 +301,13 @@ def ensure_preinstalled(env: Path = DEFAULT_ENV) -> Path:
         raise RuntimeError(f"the Colab-like environment differs from {RUNTIME_LIST.name}: {missing}")
     deviations.insert(0, {"package": "python", "colab": colab_python, "here": sys.version.split()[0],
                           "why": "the Python this environment is built with"})
-    deviations += environment_deviations(installed_versions(env), freeze, deviations + dropped,
-                                         required_by(env))
+    base = installed_versions(env)
+    listed = {d["package"] for d in deviations}
+    deviations += [d for d in environment_deviations(base, freeze, deviations + dropped, required_by(env))
+                   if d["package"] not in listed]
     deviations += [d for d in dropped if d["package"] not in {e["package"] for e in deviations}]
     write_text_atomic(env / "colab-deviations.json", json.dumps(deviations, indent=1))
+    write_text_atomic(env / "colab-base.json", json.dumps(base, indent=1, sort_keys=True))
     write_text_atomic(env / "colab-constraints.json", json.dumps(constraints, indent=1, sort_keys=True))
     stamp.write_text(spec)
     return python_of(env)
@@ -415,8 +435,11 @@ def prepare(env: Path = DEFAULT_ENV, jupyter_dir: Path = KERNELS, record: Path =
     ensure_preinstalled(env)
     chapter_installs = chapters_installs()
     constraints = oldest_claimed(colab_list()[1]) + freeze_constraints(env)
+    base = json.loads((env / "colab-base.json").read_text(encoding="utf-8"))
+    added = sorted(set(installed_versions(env)) - set(base))  # by the last `prepare`: xfl, sacrebleu, ...
+    if added:
+        _pip(env, "uninstall", "-q", "-y", *added)  # each run starts from Colab's packages alone
     before = installed_versions(env)
-    _pip(env, "uninstall", "-q", "-y", "xfl")  # this checkout's xfl, fresh each time
     for args in chapter_installs:
         install(env, args, constraints)
     after = installed_versions(env)
