@@ -36,7 +36,8 @@ def test_dry_run_of_the_whole_queue_stops_at_the_deadline_then_finishes(tmp_path
     assert {n: (s["status"], s["calls"], s["dry_run"]) for n, s in state["steps"].items()} == {
         s.name: ("done", 2 if s.name == "gpu_check" else 1, True) for s in gpu_plan.QUEUE}
     assert sorted(p.name for p in (tmp_path / "call2").iterdir()) == [
-        "executed.json", "gpu_nbval.json", "gpu_queue.json", "tiny.ipynb", "translate.json", "vit.json"]
+        "executed.json", "flash_triton.json", "gpu_nbval.json", "gpu_queue.json", "tiny.ipynb", "translate.json",
+        "vit.json"]
     results = json.loads((tmp_path / "call2" / "gpu_nbval.json").read_text())
     assert results["nbval"]["fp32"]["tiny"]["status"] == "passed"
     steps = results["steps"]

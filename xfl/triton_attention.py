@@ -276,7 +276,7 @@ def _launch_args(q: Tensor, k: Tensor, v: Tensor, o: Tensor, is_causal: bool, bl
     strides = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0), o.stride(1))
     constants = dict(IS_CAUSAL=bool(is_causal), BLOCK_Q=block_q, BLOCK_K=block_k,
                      D=max(MIN_BLOCK, triton.next_power_of_2(d)), DV=max(MIN_BLOCK, triton.next_power_of_2(dv)),
-                     PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+                     PRECISION="ieee" if q.dtype == torch.float32 else None)  # None: Triton's default
     return (*strides, q.shape[1], k.shape[1], d, dv, 1 / math.sqrt(d)), constants
 
 

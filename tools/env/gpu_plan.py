@@ -101,8 +101,12 @@ QUEUE = [
     # issue 47: chapter 11's full profile on the GPU (SDPA's kernels in bf16, up to 16k tokens), stored
     Step("attention_chapter", 47, (*CHAPTERS, "execute", "ch11_attention_at_scale", "--out", "{out}"),
          (*CHAPTERS, "execute", TINY, "--profile", "fast", "--out", "{out}"), 3.0),
+    # issue 69: the Triton FlashAttention kernels against SDPA's flash and efficient kernels and
+    # the PyTorch tiles, forward and forward + backward, 1k to 16k tokens (the dry run: the interpreter)
+    Step("flash_triton", 69, ("{py}", "-m", "bench.flash_triton", "--out", "{out}/flash_triton.json"),
+         ("{py}", "-m", "bench.flash_triton", "--smoke", "--out", "{out}/flash_triton.json"), 4.0, ()),
 ]
-PRIORITY = (44, 49, 50, 51, 47)  # the queue's order: issues 44, 49, 50 and 51 first, as they ask
+PRIORITY = (44, 49, 50, 51, 47, 69)  # the queue's order: issues 44, 49, 50 and 51 first, as they ask
 BY_NAME = {step.name: step for step in QUEUE}
 
 
@@ -322,6 +326,10 @@ def record(files_at: Path, results: Path = RESULTS, state_path: Path = STATE) ->
             data.setdefault("gpu_runs", []).append(json.loads((files_at / f"{name}.json").read_text()))
             write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
             done.append(f"{name}.json appended to {path} (gpu_runs)")
+    if (files_at / "flash_triton.json").exists():  # issue 69: the newest run replaces the last
+        path = results / "flash_triton.json"
+        write_text_atomic(path, (files_at / "flash_triton.json").read_text())
+        done.append(f"flash_triton.json -> {path}")
     for notebook in sorted(files_at.glob("*.ipynb")):
         if not notebook.name.endswith(".failed.ipynb"):
             from tools.book.executed import store
