@@ -4,6 +4,7 @@
     python -m bench.decode --train-seconds 300  # another training budget
     python -m bench.decode --threads 1          # decode on one CPU thread (a shared machine)
     python -m bench.decode --smoke              # tiny model, 50 sentences (a few seconds)
+    python -m bench.decode --hf [--smoke]       # greedy generation vs Hugging Face: bench/generate_hf.py
 
 Trains a word-level English -> Spanish model (Pre-LN, d=128, 2+2 layers; sentences of at most
 10 words, words seen at least 5 times) on Tatoeba on the CPU for ``--train-seconds``, so that it
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -118,12 +120,17 @@ def model_sizes(model: Seq2SeqTransformer) -> dict:
 
 
 def main(argv=None) -> dict:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--hf" in argv:  # the decoder-only comparison with transformers has its own module
+        from bench.generate_hf import main as generate_hf
+        return generate_hf([a for a in argv if a != "--hf"])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny model, 50 sentences (for the tests)")
     parser.add_argument("--train-seconds", type=float, default=None, help="training budget (1200; smoke 3)")
     parser.add_argument("--sentences", type=int, default=None, help="how many to decode (1000; smoke 50)")
     parser.add_argument("--threads", type=int, default=None, help="decoding CPU threads (default: torch's)")
     parser.add_argument("--out", type=Path, default=None, help=f"JSON file (default {RESULTS})")
+    parser.add_argument("--hf", action="store_true", help="run bench/generate_hf.py instead (xfl vs transformers)")
     args = parser.parse_args(argv)
     recipe = SMOKE if args.smoke else FULL
     wall, load = time.perf_counter(), os.getloadavg()[0]

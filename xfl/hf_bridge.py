@@ -13,9 +13,9 @@ The bridges between the two implementations (chapters/ch10_modern/modern_block.m
 - Dropout: Llama has attention dropout only; xfl also drops on the residual branches. The two
   agree in eval mode (or with ``dropout=0``).
 
-``to_gpt2(model)`` does the same for a ``GPT`` built as GPT-2 (``GPT2_OPTIONS``: Pre-LN LayerNorm,
-learned positions, tanh-GELU feed-forward, unscaled embeddings, tied head) and Hugging Face's
-``GPT2LMHeadModel`` (``bench/generate_hf.py`` times the two generating the same tokens). GPT-2's
+``to_gpt2(model)`` does the same for a ``GPT`` with GPT-2's block (``GPT2_OPTIONS``: Pre-LN
+LayerNorm, learned positions, a GELU feed-forward with biases; chapter 9's model is one) and Hugging
+Face's ``GPT2LMHeadModel`` (``bench/generate_hf.py`` times the two generating the same tokens). GPT-2's
 ``Conv1D`` layers store ``(in, out)`` weights, the transpose of ``nn.Linear``'s; its ``c_attn``
 holds W_Q, W_K, W_V side by side, as xfl's ``in_proj`` does (transposed).
 
@@ -108,39 +108,48 @@ def to_hugging_face(model: GPT, rope_halves: bool = True, scale_embedding: bool 
 
 
 # ------------------------------------------------------------------------------ GPT-2
-# what to_gpt2 needs of a GPTConfig: (field, value)
-GPT2_OPTIONS = (("norm", "layer"), ("positions", "learned"), ("ffn", "mlp"), ("activation", "gelu_tanh"),
-                ("scale_embedding", False), ("bias", True), ("norm_first", True), ("causal", True),
-                ("num_kv_heads", None), ("qk_norm", False), ("tie_output", True))
+# what to_gpt2 needs of a GPTConfig: (field, allowed values)
+GPT2_OPTIONS = (("norm", ("layer",)), ("positions", ("learned",)), ("ffn", ("mlp",)),
+                ("activation", ("gelu_tanh", "gelu")), ("bias", (True,)), ("norm_first", (True,)),
+                ("causal", (True,)), ("qk_norm", (False,)))
+HF_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu"}  # GPT-2's own is the tanh one
 
 
 def check_gpt2(model: GPT) -> None:
-    """Refuse a model whose config is not GPT-2's block, naming the field."""
-    for field, value in GPT2_OPTIONS:
+    """Refuse a model whose config has no GPT-2 counterpart, naming the field."""
+    for field, allowed in GPT2_OPTIONS:
         got = getattr(model.config, field)
-        if got != value and not (field == "num_kv_heads" and got == model.config.num_heads):
-            raise ValueError(f"to_gpt2 needs {field}={value!r}, got {field}={got!r}")
+        if got not in allowed:
+            expected = repr(allowed[0]) if len(allowed) == 1 else f"one of {allowed}"
+            raise ValueError(f"to_gpt2 needs {field}={expected}, got {field}={got!r}")
+    if model.blocks.layers[0].self_attn.num_kv_heads != model.config.num_heads:
+        raise ValueError(f"to_gpt2 needs one kv head per head, got num_kv_heads={model.config.num_kv_heads}")
 
 
 def gpt2_config(model: GPT):
-    """The ``GPT2Config`` of ``model``'s sizes: no dropout, no BOS/EOS (generation runs its length)."""
+    """The ``GPT2Config`` of ``model``'s sizes and activation: no dropout, no BOS/EOS (generation
+    runs its length); the head is untied unless xfl's is tied to an unscaled embedding."""
     from transformers import GPT2Config
     c, block = model.config, model.blocks.layers[0]
     return GPT2Config(vocab_size=c.vocab_size, n_positions=c.max_len, n_embd=c.d_model,
                       n_layer=c.num_layers, n_head=c.num_heads, n_inner=block.ffn[0].out_features,
-                      activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                      layer_norm_epsilon=block.residuals[0].norm.eps, bos_token_id=None,
-                      eos_token_id=None, pad_token_id=c.pad_id)
+                      activation_function=HF_ACTIVATIONS[c.activation], resid_pdrop=0.0, embd_pdrop=0.0,
+                      attn_pdrop=0.0, layer_norm_epsilon=block.residuals[0].norm.eps, bos_token_id=None,
+                      eos_token_id=None, pad_token_id=c.pad_id,
+                      tie_word_embeddings=c.tie_output and model.embed.scale == 1.0)
 
 
 @torch.no_grad()
 def to_gpt2(model: GPT):
     """A randomly initialised ``GPT2LMHeadModel`` holding ``model``'s weights, in eval mode and
-    ``model``'s dtype: the same logits (``tests/test_generate_hf.py``)."""
+    ``model``'s dtype: the same logits (``tests/test_generate_hf.py``). xfl's √d embedding scale
+    (``scale_embedding``) is folded into GPT-2's table, whose head then keeps xfl's own weights."""
     from transformers import GPT2LMHeadModel
     check_gpt2(model)
     hf = GPT2LMHeadModel(gpt2_config(model)).to(model.output.weight)
-    hf.transformer.wte.weight.copy_(model.embed.table.weight)  # the head is tied to it
+    hf.transformer.wte.weight.copy_(model.embed.table.weight * model.embed.scale)
+    if not hf.config.tie_word_embeddings:
+        hf.lm_head.weight.copy_(model.output.weight)
     hf.transformer.wpe.weight.copy_(model.embed.positions)
     for block, layer in zip(model.blocks.layers, hf.transformer.h):
         linears = ((layer.attn.c_attn, block.self_attn.in_proj), (layer.attn.c_proj, block.self_attn.out_proj),
