@@ -29,7 +29,7 @@ XFL_FAST ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev
 PROFILE_ENV := $(if $(XFL_PROFILE),XFL_PROFILE=$(XFL_PROFILE) XFL_FAST=,XFL_FAST=$(XFL_FAST))
 
 RUN_DIR := _build/test-run
-.PHONY: book test test-setup colab-base colab-env sync vendor browser-deps grade-deps sandbox-deps exercises exercise-pages release grade written merge-written feedback bench-translate bench-timings bench-vit bench-bpe bench-decode bench-modern clean
+.PHONY: book test test-setup colab-base colab-env sync vendor browser-deps grade-deps sandbox-deps exercises exercise-pages release grade written merge-written feedback bench-translate bench-timings bench-vit bench-bpe bench-decode bench-generate-hf bench-modern clean
 
 # Bytecode is written by the first process that imports a module, not by pip: compiling all of an
 # environment's 16,000 modules costs about 50 s of CPU, and the tests import a fraction of them.
@@ -196,6 +196,10 @@ bench-bpe: $(STAMP)
 
 bench-decode: $(STAMP)
 	$(BIN)/python -m bench.decode
+
+# xfl's greedy generation vs Hugging Face's GPT-2 generate, one thread (needs transformers)
+bench-generate-hf: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m bench.generate_hf
 
 bench-modern: $(STAMP)
 	$(BIN)/python -m bench.modern
