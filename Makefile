@@ -161,10 +161,13 @@ colab-env: $(STAMP) colab-base
 	$(PYTHON) -m tools.env.colab_env prepare
 
 # What the published install cells would do on Colab's runtimes, today's and older ones (pip's dry
-# run against each vendored freeze and its Python; nothing runs there) -> bench/results/colab_old_runtimes.json
+# run against each vendored freeze and its Python) -> bench/results/colab_old_runtimes.json; then,
+# on each older runtime with today's torch (2026.07), xfl's import, its banner and chapter 1 in the
+# fast profile, its other releases layered over .venv-colab -> bench/results/colab_old_run.json
 .PHONY: colab-old-check
-colab-old-check: $(STAMP)
+colab-old-check: $(STAMP) colab-base
 	$(BIN)/python -m tools.env.colab_env old-runtimes
+	$(BIN)/python -m tools.env.colab_old
 
 # Everything the tests need, built side by side: both environments, npm, Chromium, exercises.
 # colab-base comes first in the list, so that under -j its download starts beside .venv's.

@@ -164,3 +164,23 @@ def test_the_committed_old_runtime_check_found_nothing_changed():
         assert result["resolved_by_pip"] == [a for a in cells[result["cell"]] if "--no-deps" not in a]
         assert {"xfl", "sacrebleu"} <= set(result["adds"]) and "torch" not in result["adds"]
         assert result["python"] == colab_env.read_freeze(REPO_ROOT / "tools/env/colab-freezes" / result["runtime"])[0]
+
+
+def test_the_committed_older_runtime_run_imported_its_releases_and_ran_chapter_1():
+    """`make colab-old-check`'s run (bench/results/colab_old_run.json): on 2026.07's releases
+    (numpy 2.0.2, pandas 2.2.2, today's torch) xfl imported, printed its banner and chapter 1 ran
+    in the fast profile; the runtimes with another torch are skipped and say so."""
+    from tools.env import colab_old
+
+    record = json.loads((REPO_ROOT / "bench" / "results" / "colab_old_run.json").read_text(encoding="utf-8"))
+    results = {r["runtime"]: r for r in record["results"]}
+    assert list(results) == [f.name for f in colab_env.OLDER_FREEZES]
+    for freeze in colab_env.OLDER_FREEZES:
+        result = results[freeze.name]
+        assert result["older_releases"] == colab_old.older_releases(freeze), "stale: run make colab-old-check"
+        torch_differs = "torch" in result["older_releases"]
+        assert result["ran"] is not torch_differs and (torch_differs or result["imports"]["numpy"] == "2.0.2")
+    ran = results["2026.07-gpu.txt"]
+    assert ran["imports"]["pandas"] == ran["older_releases"]["pandas"]
+    assert ran["chapter_banner"].startswith("xfl: fast profile (XFL_FAST=1) on cpu;")
+    assert "no GPU found" in ran["imports"]["banner"] and "2026.07-gpu" in ran["kernel_probe"]["python"]
