@@ -19,6 +19,16 @@ tokens per second, whether the tokens are identical (to HF's, and to xfl's uncac
 at batch 1: at batch 8 it would take minutes); the sizes, versions, the machine and its
 load average. Without ``transformers`` (a development-only dependency: ``requirements-dev.txt``)
 it prints one line saying so and writes nothing.
+
+Before issue 70 xfl took 1.09x HF's time at batch 1 and 1.11x at batch 8
+(``bench/results/generate_hf_before.json``: this script on the xfl of commit 8d8342f). cProfile
+and torch.profiler at batch 1 then showed, besides the matmuls: ``torch.broadcast_shapes`` in the
+mask checks (three a layer a step; about a fifth of the Python time), ``torch.cat`` of the keys,
+values, keep-mask and tokens every step (about 15% of the operators' time), a NaN check (sum +
+isfinite) on every layer's input, the mask built and made safe each step, and top-k + softmax +
+multinomial for a choice that is an argmax. Greedy ``sample`` now skips all of these (argmax;
+buffers that double; no mask without padding; the loop under ``trusted_inputs`` and
+``torch.inference_mode``), and the linear layers are most of what is left.
 """
 
 from __future__ import annotations
