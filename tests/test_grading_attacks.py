@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -29,6 +30,7 @@ from tools.grading.results import display_name, record_id  # noqa: E402
 from tools.grading.sandbox import Limits  # noqa: E402
 from test_exercises import FIXTURES, LIMIT, GRACE, submission  # noqa: E402
 
+STARTED: list[float] = []  # when the run began (its leftovers are newer)
 MARK = "xfl-attack-survivor-7f3a"  # in the detached daemon's command line
 MEMORY_MB = 4608  # CUDA PyTorch alone maps ~3.3 GiB of address space: the bomb gets ~1 GiB
 LIMITS = Limits(memory_mb=MEMORY_MB, processes=64, output_mb=1)
@@ -157,9 +159,14 @@ def lookup_projections(names, facts, marker):
         os.dup2(empty, request_fd)
     return _honest_lookup(names, facts, marker)
 '''
-USER_NAMESPACE = '''
+KERNEL_CHANNELS = '''
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
+add_key, request_key = {"x86_64": (248, 249), "aarch64": (217, 218)}[os.uname().machine]
+added = libc.syscall(add_key, b"user", b"xfl-answer", b"answer of the writer", 20, -4)  # to @u (X27)
+print("add_key:", "added" if added > 0 else os.strerror(ctypes.get_errno()))
+found = libc.syscall(request_key, b"user", b"xfl-answer", None, 0)  # what an earlier student of this uid left
+print("request_key:", f"found key {found}" if found > 0 else os.strerror(ctypes.get_errno()))
 r, w = os.pipe()
 if os.fork() == 0:  # one thread: unshare(CLONE_NEWUSER) would work here without the filter (X26)
     ok = libc.unshare(0x10000000 | 0x00020000) == 0
@@ -168,20 +175,6 @@ if os.fork() == 0:  # one thread: unshare(CLONE_NEWUSER) would work here without
     os._exit(0)
 os.wait()
 print(os.read(r, 200).decode())
-'''
-KEY_WRITER = '''
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-number = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
-added = libc.syscall(number, b"user", b"xfl-answer", b"answer of the writer", 20, -4)  # @u
-print("add_key:", "added" if added > 0 else os.strerror(ctypes.get_errno()))
-'''
-KEY_READER = '''
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-number = {"x86_64": 249, "aarch64": 218}[os.uname().machine]
-found = libc.syscall(number, b"user", b"xfl-answer", None, 0)  # request_key, searching @u
-print("request_key:", f"found key {found}" if found > 0 else os.strerror(ctypes.get_errno()))
 '''
 GHOST = '''
 def attention(q, k, v):
@@ -226,14 +219,8 @@ def attacked(tmp_path_factory):
         "keeps_itself_alive": submission(student_nb, solved, wrong, extra=KEEP_ALIVE),
         "ready_early": submission(student_nb, solved, wrong, extra=READY_EARLY),
         "blocks_the_request_pipe": submission(student_nb, solved, wrong, extra=BLOCK_WRITE),
-        "user_namespace": submission(student_nb, solved, wrong, extra=USER_NAMESPACE),
-        "key_writer": submission(student_nb, solved, wrong, extra=KEY_WRITER),
-        "key_reader": submission(student_nb, solved, wrong, extra=KEY_READER),
+        "kernel_channels": submission(student_nb, solved, wrong, extra=KERNEL_CHANNELS),
         "classmate": submission(student_nb, solved, {}),
-        LONG + "_alice": submission(student_nb, solved, {}),
-        LONG + "_bob": submission(student_nb, solved, {}, fill=False),
-        "caf\u00e9": submission(student_nb, solved, {}),
-        "cafe\u0301": submission(student_nb, solved, {}, fill=False),
     }
     for name, nb in notebooks.items():
         nbformat.write(nb, folder / f"{name}.ipynb")
@@ -243,13 +230,15 @@ def attacked(tmp_path_factory):
     nbformat.write(notebooks["honest"], folder / ".hidden.ipynb")  # X7: a row with a note
     (folder / "zipped.zip").write_bytes(b"PK\x05\x06" + bytes(18))  # X7: a row with a note
     (folder / "notes.txt").write_text("not a submission")  # X7: listed as skipped
+    for twin in SHOWN_ALIKE_NAMES:  # X3, X4: shown alike; refused links, so no time is spent grading them
+        (folder / f"{twin}.ipynb").symlink_to(paths["solutions"])
+    STARTED[:] = [time.time() - 1]
     grader.grade_folder(paths["autograder"], folder, output, limit=LIMIT, grace=GRACE, jobs=2,
                          sandbox=grader.Sandbox(limits=LIMITS))
     with open(output, encoding="utf-8") as f:
         rows = {row["student"] if row["student"] not in SHOWN_ALIKE else row["id"]: row for row in csv.DictReader(f)}
-    ids = {name: record_id(name) for name in notebooks}
     for name in SHOWN_ALIKE_NAMES:
-        rows[name] = rows.pop(ids[name])
+        rows[name] = rows.pop(record_id(name))
     return rows, output, writable
 
 
@@ -261,16 +250,16 @@ ZERO = {q: 0.0 for q in PARTLY_WRONG}
 LONG = "L" * 85
 SHOWN_ALIKE_NAMES = [LONG + "_alice", LONG + "_bob", "caf\u00e9", "cafe\u0301"]
 SHOWN_ALIKE = {"L" * 80 + "...", "café"}  # their rows are read by id
+REFUSED = {*SHOWN_ALIKE_NAMES, "hardlink_solutions", "classmate", "copies_classmate", "hidden", "zipped"}  # no log
 EXPECTED = {"honest": FIXTURES["correct"][1], "honest_partly_wrong": PARTLY_WRONG, "reads_the_key": ZERO,
             "reads_a_classmate": ZERO, "tampers": PARTLY_WRONG, "kills_the_parent": PARTLY_WRONG,
             "leaves_a_survivor": PARTLY_WRONG, "memory_bomb": PARTLY_WRONG, "fork_bomb": PARTLY_WRONG,
             "floods": PARTLY_WRONG, "ghost_tensors": ZERO, "garbles_the_channel": PARTLY_WRONG,
             "keeps_itself_alive": PARTLY_WRONG, "ready_early": PARTLY_WRONG,
-            "blocks_the_request_pipe": PARTLY_WRONG | {"q5": 0.0}, "user_namespace": PARTLY_WRONG,
-            "key_writer": PARTLY_WRONG, "key_reader": PARTLY_WRONG, "hardlink_solutions": ZERO,
+            "blocks_the_request_pipe": PARTLY_WRONG | {"q5": 0.0}, "kernel_channels": PARTLY_WRONG,
+            "hardlink_solutions": ZERO,
             "classmate": ZERO, "copies_classmate": ZERO, "upper": FIXTURES["correct"][1], "hidden": ZERO,
-            "zipped": ZERO, LONG + "_alice": FIXTURES["correct"][1], LONG + "_bob": ZERO,
-            "caf\u00e9": FIXTURES["correct"][1], "cafe\u0301": ZERO}
+            "zipped": ZERO, LONG + "_alice": ZERO, LONG + "_bob": ZERO, "caf\u00e9": ZERO, "cafe\u0301": ZERO}
 
 
 @pytest.mark.parametrize("student", EXPECTED)
@@ -336,19 +325,22 @@ def test_hard_links_and_skipped_files_are_rows_with_notes(attacked):
     assert "refused: a hard link" in rows["hardlink_solutions"]["notes"], rows["hardlink_solutions"]
     assert "same file as 'copies_classmate.ipynb'" in rows["classmate"]["notes"], rows["classmate"]
     assert "same file as 'classmate.ipynb'" in rows["copies_classmate"]["notes"], rows["copies_classmate"]
-    assert "a hidden file" in rows["hidden"]["notes"] and "an archive (.zip)" in rows["zipped"]["notes"]
+    assert rows["hidden"]["notes"].startswith("skipped '.hidden.ipynb': a hidden file"), rows["hidden"]
+    assert rows["zipped"]["notes"].startswith("skipped 'zipped.zip': an archive (.zip)"), rows["zipped"]
     details = json.loads(output.with_suffix(".json").read_text())
     assert details["skipped"] == [{"name": "notes.txt", "why": "not a notebook (.ipynb) nor a student's folder"}]
 
 
 def test_every_row_has_its_own_record_and_log(attacked):
-    """X3, X4: names shown alike keep a row, a JSON record and a log each, and say so."""
+    """X3, X4: names shown alike keep a row and a JSON record each, and say so; every graded
+    notebook has its own log (named by its id)."""
     rows, output, _ = attacked
     details = json.loads(output.with_suffix(".json").read_text())["students"]
     assert len(details) == len(rows) == len(EXPECTED), sorted(rows)
     for name in SHOWN_ALIKE_NAMES:
         assert "shows as another submission's" in rows[name]["notes"] and rows[name]["id"] in details
-        assert log_path(output, name).exists()
+    assert len({rows[name]["id"] for name in SHOWN_ALIKE_NAMES}) == 4
+    assert all(log_path(output, name).exists() for name in EXPECTED if name not in REFUSED)
 
 
 def test_protocol_attacks_of_issue_63_are_refused(attacked):
@@ -356,13 +348,16 @@ def test_protocol_attacks_of_issue_63_are_refused(attacked):
     is given up at its question's deadline, not the judge's watchdog; X26, X27: no user namespace,
     no key in the kernel's keyring."""
     rows, output, _ = attacked
+    started = STARTED[0]
     assert "sent 'ready' after" in rows["ready_early"]["notes"], rows["ready_early"]
     assert "q5: tests killed: it stopped reading the grader's requests" in rows["blocks_the_request_pipe"]["notes"]
-    assert "user namespace and tmpfs: Operation not permitted" in log(output, "user_namespace")
-    assert "add_key: Operation not permitted" in log(output, "key_writer")
-    assert "request_key: Operation not permitted" in log(output, "key_reader")
-    left = [p for p in Path(tempfile.gettempdir()).glob("xfl-grade-*") if not _alive_judge(p)]
-    assert left == [], left  # no job folder of an ended judge
+    probes = log(output, "kernel_channels")
+    for line in ["add_key: Operation not permitted", "request_key: Operation not permitted",
+                 "user namespace and tmpfs: Operation not permitted"]:
+        assert line in probes, probes
+    left = [p for p in Path(tempfile.gettempdir()).glob("xfl-grade-*")
+            if p.stat().st_mtime >= started and not _alive_judge(p)]
+    assert left == [], left  # no job folder of this run's judges, once they ended
 
 
 def _alive_judge(folder: Path) -> bool:

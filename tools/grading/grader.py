@@ -124,7 +124,7 @@ def read_text(sub: Submission) -> tuple[str | None, str | None, str | None]:
     try:
         data = read_submission(sub)
     except (ValueError, OSError) as e:
-        refused = str(e).startswith(("refused", "two submissions", "folder"))
+        refused = str(e).startswith(("refused", "two submissions", "folder", "skipped"))
         return None, None, str(e) if refused else f"unreadable notebook: {e}"
     try:
         return data.decode("utf-8"), sha256_bytes(data), None

@@ -167,11 +167,14 @@ def grade_notebook(student: str, text: str, questions: list[Question], limit: fl
                 for note in cell_notes(e, cells[e["index"]].number):  # raised, skipped a shell line
                     if note not in grade.notes:  # a notebook graded again runs its cells again
                         grade.note(note)
-            if stopped and len(ran) < len(cells):
+            grade.limited |= bool(stopped) and is_time_limit(stopped)
+            if stopped and len(ran) < len(cells) and time.monotonic() < end:
                 grade.note(f"cell {cells[len(ran)].number}: {stopped}; graded again without it")
                 cells = cells[:len(ran)] + cells[len(ran) + 1:]
                 continue
-            if stopped:
+            if stopped:  # at its functions, or with no time left to run the notebook again
+                if len(ran) < len(cells):
+                    grade.note(f"cell {cells[len(ran)].number}: {stopped}")
                 why = stopped
                 break
             pending = _grade_questions(grade, pending, proc, functions, limit)
@@ -181,8 +184,8 @@ def grade_notebook(student: str, text: str, questions: list[Question], limit: fl
         grade.scores[q.name], grade.cases[q.name] = 0.0, []
         grade.note(f"{q.name}: not graded: {why or 'the notebook stopped (see the log)'}")
     if grade.limited:
-        grade.note(f"time limits of this run (--timeout {limit:g} s, --grace {grace:g} s, a notebook budget of "
-                   f"{budget:g} s) cut this grading: a rerun with other limits, or --regrade, grades it again")
+        grade.note(f"cut by this run's time limits (--timeout {limit:g}, --grace {grace:g}, budget {budget:g} s); "
+                   "a rerun with other limits, or --regrade, grades it again")
     return grade
 
 

@@ -227,7 +227,7 @@ class StudentProcess:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([], [self.requests], [], left)[1]:
                 self.kill()
-                raise ProcessLost(f"killed: it stopped reading the grader's requests ({patience:g} s)"
+                raise ProcessLost(f"killed: it stopped reading the grader's requests ({patience:.1f} s)"
                                   if deadline < self.deadline else "killed: the notebook's time budget ran out")
             try:
                 view = view[os.write(self.requests, view):]
