@@ -218,15 +218,13 @@ def attacked(tmp_path_factory):
         "garbles_the_channel": submission(student_nb, solved, wrong, extra=GARBLE),
         "keeps_itself_alive": submission(student_nb, solved, wrong, extra=KEEP_ALIVE),
         "ready_early": submission(student_nb, solved, wrong, extra=READY_EARLY),
-        "blocks_the_request_pipe": submission(student_nb, solved, wrong, extra=BLOCK_WRITE),
-        "kernel_channels": submission(student_nb, solved, wrong, extra=KERNEL_CHANNELS),
+        "blocks_the_request_pipe": submission(student_nb, solved, wrong, extra=KERNEL_CHANNELS + BLOCK_WRITE),
         "classmate": submission(student_nb, solved, {}),
     }
-    for name, nb in notebooks.items():
-        nbformat.write(nb, folder / f"{name}.ipynb")
+    for name, nb in notebooks.items():  # ready_early.IPYNB: an upper-case suffix is a notebook too (X7)
+        nbformat.write(nb, folder / f"{name}.{'IPYNB' if name == 'ready_early' else 'ipynb'}")
     os.link(paths["solutions"], folder / "hardlink_solutions.ipynb")  # X1
     os.link(folder / "classmate.ipynb", folder / "copies_classmate.ipynb")  # X2: both refused
-    nbformat.write(notebooks["honest"], folder / "upper.IPYNB")  # X7: graded
     nbformat.write(notebooks["honest"], folder / ".hidden.ipynb")  # X7: a row with a note
     (folder / "zipped.zip").write_bytes(b"PK\x05\x06" + bytes(18))  # X7: a row with a note
     (folder / "notes.txt").write_text("not a submission")  # X7: listed as skipped
@@ -256,9 +254,9 @@ EXPECTED = {"honest": FIXTURES["correct"][1], "honest_partly_wrong": PARTLY_WRON
             "leaves_a_survivor": PARTLY_WRONG, "memory_bomb": PARTLY_WRONG, "fork_bomb": PARTLY_WRONG,
             "floods": PARTLY_WRONG, "ghost_tensors": ZERO, "garbles_the_channel": PARTLY_WRONG,
             "keeps_itself_alive": PARTLY_WRONG, "ready_early": PARTLY_WRONG,
-            "blocks_the_request_pipe": PARTLY_WRONG | {"q5": 0.0}, "kernel_channels": PARTLY_WRONG,
+            "blocks_the_request_pipe": PARTLY_WRONG | {"q5": 0.0},
             "hardlink_solutions": ZERO,
-            "classmate": ZERO, "copies_classmate": ZERO, "upper": FIXTURES["correct"][1], "hidden": ZERO,
+            "classmate": ZERO, "copies_classmate": ZERO, "hidden": ZERO,
             "zipped": ZERO, LONG + "_alice": ZERO, LONG + "_bob": ZERO, "caf\u00e9": ZERO, "cafe\u0301": ZERO}
 
 
@@ -319,8 +317,9 @@ def test_bombs_and_floods_hit_their_limits(attacked):
 
 def test_hard_links_and_skipped_files_are_rows_with_notes(attacked):
     """X1, X2, X7: a hard link to the solutions or between two classmates is refused, naming
-    the other file; an upper-case notebook is graded; a hidden one and a zip get a row saying
-    why; a file of no student is listed in the JSON."""
+    the other file; an upper-case notebook is graded (``ready_early.IPYNB``, in the scores
+    test); a hidden one and a zip get a row saying why; a file of no student is listed in the
+    JSON."""
     rows, output, _ = attacked
     assert "refused: a hard link" in rows["hardlink_solutions"]["notes"], rows["hardlink_solutions"]
     assert "same file as 'copies_classmate.ipynb'" in rows["classmate"]["notes"], rows["classmate"]
@@ -351,7 +350,7 @@ def test_protocol_attacks_of_issue_63_are_refused(attacked):
     started = STARTED[0]
     assert "sent 'ready' after" in rows["ready_early"]["notes"], rows["ready_early"]
     assert "q5: tests killed: it stopped reading the grader's requests" in rows["blocks_the_request_pipe"]["notes"]
-    probes = log(output, "kernel_channels")
+    probes = log(output, "blocks_the_request_pipe")
     for line in ["add_key: Operation not permitted", "request_key: Operation not permitted",
                  "user namespace and tmpfs: Operation not permitted"]:
         assert line in probes, probes
