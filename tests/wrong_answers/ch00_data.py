@@ -70,6 +70,26 @@ def standardize(images, mean, std):
             finish='''pixels, sums, squares = state
     mean = sums / pixels
     return mean, ((squares - pixels * mean ** 2) / (pixels - 1)).clamp(min=0).sqrt()'''),
+        "keeps the chunks in a module-level list; the state is only their count": '''
+_CHUNKS = []
+
+
+def stats_update(state, chunk):
+    if state is None:
+        _CHUNKS.clear()
+    _CHUNKS.append(chunk)
+    return (len(_CHUNKS),)
+
+
+def stats_finish(state):
+    x = torch.cat(_CHUNKS).double() / 255
+    return x.mean(dim=(0, 2, 3)), x.transpose(0, 1).reshape(3, -1).std(dim=1, unbiased=False)
+''',
+        "keeps every pixel in a numpy array inside the state": STREAM.format(
+            update='''import numpy as np
+    return (chunk.numpy() if state is None else np.concatenate([state[0], chunk.numpy()]),)''',
+            finish='''x = torch.from_numpy(state[0]).double() / 255
+    return x.mean(dim=(0, 2, 3)), x.transpose(0, 1).reshape(3, -1).std(dim=1, unbiased=False)'''),
     },
     "q4": {
         "the mean of the per-image stds": '''
