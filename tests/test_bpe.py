@@ -131,6 +131,19 @@ def test_tokens_are_vocabulary_or_unseen_characters(small_bpe, tatoeba):
         assert len(token.removesuffix(END)) == 1, token  # only unseen characters fall outside
 
 
+def test_given_alphabet_covers_unseen_characters():
+    """``alphabet=``: unseen characters join the initial symbols (also as a word's end), the
+    merges stay those learned without it, and bad entries raise ValueError."""
+    text = ["low lower lowest"] * 2
+    plain, wide = train_bpe(text, 3), train_bpe(text, 3, alphabet="xyzl")
+    assert wide.merges == plain.merges
+    assert set(wide.alphabet) == set(plain.alphabet) | {c + e for c in "xyzl" for e in ("", END)}
+    assert set(wide.encode("zyx")) <= set(wide.vocab)
+    assert not set(plain.encode("zyx")) <= set(plain.vocab)
+    with pytest.raises(ValueError, match="single characters"):
+        train_bpe(text, 3, alphabet=["ab"])
+
+
 def test_vocab_is_alphabet_plus_merges(small_bpe):
     vocab = small_bpe.vocab
     assert vocab[: len(small_bpe.alphabet)] == small_bpe.alphabet

@@ -155,20 +155,28 @@ class _PairStats:
             del self.count[pair]
 
 
-def train_bpe(sentences: Iterable[str], num_merges: int, min_frequency: int = 2) -> "BPE":
-    """Learn up to ``num_merges`` merges from raw sentences (see the module's conventions)."""
+def train_bpe(sentences: Iterable[str], num_merges: int, min_frequency: int = 2,
+              alphabet: Iterable[str] = ()) -> "BPE":
+    """Learn up to ``num_merges`` merges from raw sentences (see the module's conventions).
+    ``alphabet``: characters that join the initial symbols even if training never shows them
+    (each also as a word's last symbol, ``c + END``), e.g. all 256 byte symbols."""
     if not isinstance(num_merges, int) or num_merges < 0:
         raise ValueError(f"num_merges must be an int >= 0, got {num_merges!r}")
     if not isinstance(min_frequency, int) or min_frequency < 1:
         raise ValueError(f"min_frequency must be an int >= 1, got {min_frequency!r}")
     if isinstance(sentences, str):
         raise ValueError(f"sentences must be an iterable of str, got one str: {sentences[:40]!r}")
+    extra = list(alphabet)  # a str is its characters
+    bad = [c for c in extra if not isinstance(c, str) or len(c) != 1]
+    if bad:
+        raise ValueError(f"alphabet must hold single characters, got {bad[:3]!r}")
     counts = Counter()
     for text, n in Counter(sentences).items():  # each distinct sentence once
         for word in pretokenize(text):
             counts[word] += n
     words = [list(word_symbols(w)) for w in counts]
-    alphabet = sorted({s for symbols in words for s in symbols})
+    seen = {s for symbols in words for s in symbols}
+    alphabet = sorted(seen | {c for c in extra} | {c + END for c in extra})
     stats, merges = _PairStats(words, list(counts.values())), []
     while len(merges) < num_merges:
         pair, n = stats.best()
