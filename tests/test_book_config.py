@@ -16,7 +16,10 @@ from conftest import REPO_ROOT, chapter_files, load_config
 
 def test_fast_vendored_build_is_the_config_itself():
     base = load_config()
-    assert book_config.book_config(base, fast=True, vendored=True) == base
+    config = book_config.book_config(base, fast=True, vendored=True)
+    # the one addition: the extension that publishes the notebooks the Colab links open
+    assert config["sphinx"].pop("local_extensions") == {"tools.book.publish": str(REPO_ROOT)}
+    assert config == base
     assert 60 <= base["execute"]["timeout"] <= 900, "a hang must fail within minutes"
 
 
@@ -66,7 +69,8 @@ def test_build_says_how_each_chapter_is_made(tmp_path, monkeypatch, capsys):
     origins = written["sphinx"]["config"].pop("xfl_chapter_origins")  # for the report at the end
     assert list(origins) == [state.chapter for state in states]
     assert all(origins[s.chapter] == book_config.origin(s, "fast") for s in states)
-    assert written["sphinx"].pop("local_extensions").pop("tools.book.report") == str(REPO_ROOT)
+    extensions = written["sphinx"].pop("local_extensions")
+    assert extensions.pop("tools.book.report") == extensions.pop("tools.book.publish") == str(REPO_ROOT)
     if not any(state.state == "fresh" for state in states):  # nothing stored: the config itself
         assert written == load_config()
 

@@ -243,7 +243,8 @@ def test_config_excludes_the_fresh_chapter_and_reads_its_stored_notebook(book):
     assert str(book / f"{TINY}.md").endswith(suffix) and not Path(suffix).name.endswith(suffix)
     assert reader == "tools.book.executed.read_stored" and commonmark_only is False
     assert Path(kwargs["stored"]) == book / "book" / "executed" / "ch99_tiny" / "tiny.ipynb"
-    assert config["sphinx"]["local_extensions"] == {"tools.book.executed": str(REPO_ROOT)}
+    assert config["sphinx"]["local_extensions"] == {"tools.book.executed": str(REPO_ROOT),
+                                                    "tools.book.publish": str(REPO_ROOT)}
     source = (book / f"{TINY}.md").read_text(encoding="utf-8")
     nb = executed.read_stored(source, **kwargs)
     assert "from the stored run" in nb.cells[1].outputs[0].text
