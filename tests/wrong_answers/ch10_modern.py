@@ -116,5 +116,35 @@ def ntk_base(base, scale, head_dim):
 def ntk_base(base, scale, head_dim):
     return float(base / scale ** (head_dim / (head_dim - 2)))
 ''',
+        "the right base, but head_dim 4 rejected (<= 4 instead of < 4)": '''
+def ntk_base(base, scale, head_dim):
+    if scale < 1 or head_dim <= 4 or head_dim % 2:
+        raise ValueError(f"bad arguments: scale={scale}, head_dim={head_dim}")
+    return float(base * scale ** (head_dim / (head_dim - 2)))
+''',
+        "the right base, but head_dim 4 rejected (< 5)": '''
+def ntk_base(base, scale, head_dim):
+    if scale < 1 or head_dim < 5 or head_dim % 2:
+        raise ValueError(f"bad arguments: scale={scale}, head_dim={head_dim}")
+    return float(base * scale ** (head_dim / (head_dim - 2)))
+''',
+        "the right base, but head_dim 2 accepted (only the parity checked)": '''
+def ntk_base(base, scale, head_dim):
+    if scale < 1 or head_dim % 2:
+        raise ValueError(f"bad arguments: scale={scale}, head_dim={head_dim}")
+    return float(base * scale ** (head_dim / (head_dim - 2)))
+''',
+        "the right base, but scale 1 rejected (<= 1 instead of < 1)": '''
+def ntk_base(base, scale, head_dim):
+    if scale <= 1 or head_dim < 4 or head_dim % 2:
+        raise ValueError(f"bad arguments: scale={scale}, head_dim={head_dim}")
+    return float(base * scale ** (head_dim / (head_dim - 2)))
+''',
+        "the right base, but a scale just below 1 accepted (< 0.5)": '''
+def ntk_base(base, scale, head_dim):
+    if scale < 0.5 or head_dim < 4 or head_dim % 2:
+        raise ValueError(f"bad arguments: scale={scale}, head_dim={head_dim}")
+    return float(base * scale ** (head_dim / (head_dim - 2)))
+''',
     },
 }
