@@ -188,5 +188,22 @@ def test_bleu_by_length_scores_each_bucket_on_its_own_sentences():
     assert [r["exact"] for r in rows] == [0.0, 0.0, 1.0, 1.0]
     assert [r["sentences"] for r in bleu_by_length(task, hyps, width=2)] == [
         lengths.count(3) + lengths.count(4), lengths.count(5) + lengths.count(6)]
-    with pytest.raises(ValueError, match="width must be >= 1.*got 0"):
+    with pytest.raises(ValueError, match="width must be an int >= 1.*got 0"):
         bleu_by_length(task, hyps, width=0)
+
+
+def test_bleu_by_length_buckets_do_not_depend_on_the_length_limit():
+    """Chapters 5 and 6 keep other length limits (6 and 5 tokens): their rows for the lengths
+    both hold score the same sentences, so the two tables compare row by row (issue 66)."""
+    pairs = made_up_pairs()
+    longer, shorter = (prepare_task(pairs, max_len=n, test_fraction=0.2, min_freq=1) for n in (6, 4))
+    shared = [(en, refs) for en, refs in longer.test if len(tokenize(en)) <= shorter.max_len]
+    assert sorted(shared) == sorted(shorter.test) and len(shared) < len(longer.test)
+    hyps = {en: refs[0] if len(tokenize(en)) == 4 else "nada" for en, refs in longer.test}
+    rows = {n: bleu_by_length(t, [hyps[en] for en, _ in t.test]) for n, t in ((6, longer), (4, shorter))}
+    assert [(r["shortest"], r["longest"]) for r in rows[6]] == [(3, 3), (4, 4), (5, 5), (6, 6)]
+    assert rows[4] == rows[6][:2]  # the same edges and numbers on the shared sentences
+    assert [r["exact"] for r in rows[4]] == [0.0, 1.0]
+    wide = [bleu_by_length(t, [hyps[en] for en, _ in t.test], width=4) for t in (longer, shorter)]
+    assert [(r["shortest"], r["longest"]) for r in wide[0]] == [(1, 4), (5, 8)]  # not 1..max_len
+    assert wide[1] == wide[0][:1]

@@ -236,14 +236,15 @@ def describe_conditions(c: dict) -> str:
 
 
 def bleu_by_length(task: TranslationTask, hypotheses: Sequence[str], split: str = "test",
-                   width: int | None = None) -> list[dict]:
+                   width: int = 1) -> list[dict]:
     """sacreBLEU, and the share of translations equal to a reference (case ignored), per bucket
-    of English length (tokens, punctuation included), ``width`` lengths per bucket (default:
-    five buckets up to ``task.max_len``); empty buckets are left out."""
-    if width is not None and width < 1:
-        raise ValueError(f"width must be >= 1 (lengths per bucket), got {width}")
+    of English length (tokens, punctuation included). The buckets have fixed edges, 1..width,
+    width+1..2*width, ... (default: one length each), not drawn from ``task.max_len``, so the
+    tables of two tasks with other length limits compare row by row on the sentences they
+    share (BLEU does not add across buckets); empty buckets are left out."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ValueError(f"width must be an int >= 1 (lengths per bucket), got {width!r}")
     groups = _scored_groups(task, hypotheses, split)
-    width = width or max(1, -(-task.max_len // 5))
     buckets: dict[int, list] = {}
     for hyp, group in zip(hypotheses, groups):
         buckets.setdefault((len(tokenize(group[0])) - 1) // width, []).append((hyp, group))
