@@ -59,6 +59,7 @@ from tools.grading.collect import Submission, find_submissions, read_submission
 from tools.grading.feedback import feedback_folder, write_feedback
 from tools.grading.judge import load_autograder, notebook_budget, plan_cells  # noqa: F401 (plan_cells: for tests)
 from tools.grading.library_answers import blocked_names
+from tools.grading.roster import Policy, Student, import_files, lateness, match_submissions
 from tools.grading.results import (Grade, ResultStore, display_name, record_id, safe_text, sha256_bytes, sha256_file,
                                    write_outputs)
 from tools.grading.sandbox import Limits, SandboxCgroup, SandboxUnavailable, check_bwrap
@@ -193,12 +194,16 @@ def grade_one(sub: Submission, store: ResultStore, judges: dict[int, Judge], con
 def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float = 60.0,
                  grace: float = 10.0, jobs: int = 1, block_library: bool = True,
                  sandbox: Sandbox | None = None, budget: float | None = None,
-                 judge_memory_mb: int = JUDGE_MEMORY_MB, regrade: bool = False) -> list[Grade]:
+                 judge_memory_mb: int = JUDGE_MEMORY_MB, regrade: bool = False,
+                 roster: list[Student] | None = None, policy: Policy | None = None,
+                 times: dict | None = None, lms_assignment: str | None = None) -> list[Grade]:
     """Grade every notebook in ``submissions``, recording each student's result as it comes
     (``<output>-results/``), then write ``output`` (CSV) and its JSON from them. Each student
     runs in a sandbox (``SandboxUnavailable`` if none can start here, unless
     ``sandbox.enabled`` is False). ``block_library=False`` lets the library answer (to check
-    that its answers are right)."""
+    that its answers are right). With ``roster`` (``tools.grading.roster``): the LMS's file names
+    matched to students (files of no one listed, not graded), ``policy``'s lateness, and the
+    gradebook-import CSVs beside ``output``."""
     sandbox = sandbox or Sandbox()
     output = Path(output).absolute()  # the judges run in the repository root, not in the caller's folder
     if sandbox.enabled:
@@ -212,7 +217,17 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
               "sandboxed": sandbox.enabled, "limits": dataclasses.asdict(sandbox.limits)}
     skipped: list[tuple[str, str]] = []
     subs = find_submissions(submissions, skipped)
-    ids, clashes = record_ids(subs), name_clashes(subs)
+    matches, owner = [], {}  # owner: {the file's student key: the roster id}
+    if roster is not None:  # results stay keyed by the file's name: adding a roster later grades nothing again
+        matches, unmatched = match_submissions(subs, roster, times)
+        skipped += [(name, f"matches no roster student: {why}") for name, why in unmatched]
+        subs = {m.sub.student: m.sub for m in matches if m.sub is not None}
+        owner = {m.sub.student: m.student.id for m in matches if m.sub is not None}
+        for m in matches:
+            if m.sub is not None:
+                m.sub.remarks += m.notes
+    ids = record_ids([m.student.id for m in matches]) if roster is not None else record_ids(subs)
+    clashes = name_clashes(subs) if roster is None else {}
     store = ResultStore(output.with_name(f"{output.stem}-results"), sha256_file(autograder),
                         {k: v for k, v in config.items() if k != "autograder"} | {"grader": grader_version()})
     slots: queue.Queue[int] = queue.Queue()
@@ -221,14 +236,16 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
     judges: dict[int, Judge] = {}
 
     def one(sub: Submission) -> Grade:
-        log = logs / f"{display_name(sub.student)}.{ids[sub.student]}.log"
+        key = owner.get(sub.student, sub.student)  # the roster id, or the file's name
+        file_id = ids[key] if key == sub.student else record_id(sub.student)  # the log follows the file
+        log = logs / f"{display_name(sub.student)}.{file_id}.log"
         slot = slots.get()
         try:
             job = {"student": display_name(sub.student), "log": str(log), "slot": slot}
             grade = grade_one(sub, store, judges, config, job, budget + JUDGE_SLACK_S, regrade)
         finally:
             slots.put(slot)
-        grade.id = ids[sub.student]
+        grade.id, grade.student = ids[key], display_name(key)
         for note in [*sub.remarks, *filter(None, [clashes.get(sub.student)])]:  # this run's, not stored
             if note not in grade.notes:
                 grade.note(note)
@@ -241,12 +258,55 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
         for judge in judges.values():
             judge.kill()
     limited = sum(g.limited for g in store.kept)
+    people = roster_columns(matches, grades, ids, policy) if roster is not None else None
     write_outputs(output, grades, questions, {
         "assignment": assignment, "time_limit_s": limit, "notebook_budget_s": budget, "sandboxed": sandbox.enabled,
         "config_sha256": store.config_sha, "kept_from_earlier_runs": len(store.kept),
-        "kept_cut_by_time_limits": limited, "skipped": [{"name": safe_text(n, 200), "why": w} for n, w in skipped]})
+        "kept_cut_by_time_limits": limited, "skipped": [{"name": safe_text(n, 200), "why": w} for n, w in skipped]}
+        | ({"lms_assignment": lms_assignment or assignment, "due": policy and policy.due.isoformat(),
+            "late_penalty_pct_per_day": policy and policy.penalty_pct, "cutoff_days": policy and policy.cutoff_days}
+           if roster is not None else {}), people)
+    if roster is not None:
+        write_imports(output, lms_assignment or assignment)
     report_run(store, skipped)
+    for m in matches:
+        if m.sub is None:
+            print(f"no submission: {m.student.id} {m.student.name!r}", file=sys.stderr)
     return grades
+
+
+def roster_columns(matches, grades: list[Grade], ids: dict[str, str], policy: Policy | None) -> dict[str, dict]:
+    """``{record id: name, email, lateness}`` per roster student; a row (appended to ``grades``)
+    for each student without a submission; each lateness note on its student's row."""
+    by_id = {g.id: g for g in grades}
+    columns = {}
+    for m in matches:
+        rid = ids[m.student.id]
+        if m.sub is None:
+            by_id[rid] = Grade(display_name(m.student.id), notes=["no submission"], id=rid)
+            grades.append(by_id[rid])
+        late = lateness(m, policy)
+        if late.note:
+            by_id[rid].note(late.note)
+        columns[rid] = {"name": m.student.name, "email": m.student.email, "submitted": late.submitted,
+                        "late_days": late.late_days, "penalty_pct": f"{late.penalty_pct:g}" if policy else ""}
+    grades.sort(key=lambda g: g.student)
+    return columns
+
+
+def write_imports(output: Path, assignment: str) -> tuple[Path, Path]:
+    """Canvas's and Moodle's gradebook-import CSVs of the grades CSV ``output``, written
+    atomically beside it (``<stem>-canvas.csv``, ``<stem>-moodle.csv``)."""
+    import csv
+
+    from xfl.atomic_files import write_text_atomic
+    with open(output, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    canvas, moodle = import_files(rows, assignment)
+    paths = output.with_name(f"{output.stem}-canvas.csv"), output.with_name(f"{output.stem}-moodle.csv")
+    write_text_atomic(paths[0], canvas)
+    write_text_atomic(paths[1], moodle)
+    return paths
 
 
 def report_run(store: ResultStore, skipped: list[tuple[str, str]]) -> None:
@@ -290,13 +350,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="run students WITHOUT the bubblewrap sandbox: only for notebooks you trust")
     parser.add_argument("--reveal-hidden", action="store_true",
                         help="the feedback files show the hidden tests' messages (they can quote hidden inputs)")
+    course = parser.add_argument_group("the course (tools.grading.roster)")
+    course.add_argument("--roster", type=Path, help="CSV of id, name, email[, extension]: the LMS's file names "
+                        "(Canvas, Moodle) matched to students; ID and email columns; gradebook-import CSVs")
+    course.add_argument("--due", help="due date, ISO 8601 with its UTC offset (e.g. 2026-12-01T23:59+01:00)")
+    course.add_argument("--late-penalty", type=float, default=0.0,
+                        help="percent of the points off per started day late")
+    course.add_argument("--cutoff-days", type=float, default=None, help="more days late than this: zero")
+    course.add_argument("--times", type=Path, help="CSV of file, submitted: the times the LMS recorded")
+    course.add_argument("--lms-assignment", help="the assignment's column name in the gradebook imports "
+                        "(Canvas: 'Name (assignment id)' to update an existing one)")
     args = parser.parse_args(argv)
+    try:
+        course_args = read_course(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     limits = Limits(memory_mb=args.memory_mb, sandbox_memory_mb=args.sandbox_memory_mb, cpus=args.sandbox_cpus)
     sandbox = Sandbox(enabled=not args.unsandboxed, limits=limits)
     try:
         grades = grade_folder(args.autograder, args.submissions, args.output, args.timeout, args.grace,
                               args.jobs, sandbox=sandbox, budget=args.budget,
-                              judge_memory_mb=args.judge_memory_mb, regrade=args.regrade)
+                              judge_memory_mb=args.judge_memory_mb, regrade=args.regrade, **course_args)
     except SandboxUnavailable as e:
         print(f"refusing to grade: {e}.\n{NO_SANDBOX}", file=sys.stderr)
         return 2
@@ -305,6 +380,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"feedback for {len(files) // 2} students -> {feedback_folder(args.output.with_suffix('.json'))}"
           + (" (hidden tests' messages shown)" if args.reveal_hidden else ""))
     return 0
+
+
+def read_course(args) -> dict:
+    """The roster, late policy and times of the command line, all checked before anything is
+    graded or written (``ValueError`` naming the value and what was expected)."""
+    from tools.grading.roster import make_policy, read_roster, read_times
+
+    if args.roster is None:
+        given = [f"--{n.replace('_', '-')}" for n in ("due", "times", "lms_assignment") if getattr(args, n)]
+        if given or args.late_penalty or args.cutoff_days is not None:
+            raise ValueError(f"{' '.join(given) or '--late-penalty/--cutoff-days'} needs --roster (a CSV of id, "
+                             "name, email)")
+        return {}
+    if args.due is None and (args.late_penalty or args.cutoff_days is not None):
+        raise ValueError("--late-penalty and --cutoff-days need --due (the due date)")
+    return {"roster": read_roster(args.roster),
+            "policy": make_policy(args.due, args.late_penalty, args.cutoff_days) if args.due else None,
+            "times": read_times(args.times) if args.times else None, "lms_assignment": args.lms_assignment}
 
 
 NO_SANDBOX = ("Each notebook runs in a bubblewrap sandbox, which needs Linux (user namespaces). Without it "

@@ -170,16 +170,26 @@ def _safe_cases(cases: dict[str, list]) -> dict[str, list]:
             for q, results in cases.items()}
 
 
-def grades_csv(grades: list[Grade], questions) -> str:
+ROSTER_COLUMNS = ("name", "email")  # after ``id`` when a roster is given (``tools.grading.roster``)
+LATE_COLUMNS = ("submitted", "late_days", "penalty_pct")  # before ``notes``
+
+
+def grades_csv(grades: list[Grade], questions, roster: dict[str, dict] | None = None) -> str:
+    """The grades CSV; with ``roster`` (``{record id: {name, email, submitted, late_days,
+    penalty_pct}}``) its columns too, and ``total`` is the points after the late penalty."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["student", "id", *(q.name for q in questions), "total", "possible", "notes"])
+    people, late = (ROSTER_COLUMNS, LATE_COLUMNS) if roster is not None else ((), ())
+    writer.writerow(["student", "id", *people, *(q.name for q in questions), "total", "possible", *late, "notes"])
     possible = sum(q.points for q in questions)
     for g in grades:
         scores = [g.scores.get(q.name, 0.0) for q in questions]
         notes = "; ".join(safe_text(n, MAX_NOTE) for n in g.notes)
-        writer.writerow([csv_cell(safe_text(g.student, MAX_NAME)), g.id, *(_num(s) for s in scores),
-                         _num(sum(scores)), _num(possible), csv_cell(notes)])
+        info = (roster or {}).get(g.id, {})
+        total = sum(scores) * (1 - float(info.get("penalty_pct") or 0) / 100)
+        writer.writerow([csv_cell(safe_text(g.student, MAX_NAME)), g.id,
+                         *(csv_cell(safe_text(info.get(c, ""), MAX_NAME)) for c in people), *(_num(s) for s in scores),
+                         _num(total), _num(possible), *(csv_cell(str(info.get(c, ""))) for c in late), csv_cell(notes)])
     return out.getvalue()
 
 
@@ -187,14 +197,18 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
-def write_outputs(output: Path, grades: list[Grade], questions, details: dict) -> None:
+def write_outputs(output: Path, grades: list[Grade], questions, details: dict,
+                  roster: dict[str, dict] | None = None) -> None:
     """``output`` (CSV) and its JSON, atomically, from the students' results; the JSON's
-    ``students`` are keyed by record id (each record names its student)."""
+    ``students`` are keyed by record id (each record names its student; with ``roster``, its
+    roster and lateness columns too)."""
     ids = [g.id for g in grades]
     if len(set(ids)) != len(ids) or "" in ids:
         raise ValueError(f"record ids must be unique and set, got {sorted(ids)}")
     details = details | {"questions": {q.name: q.points for q in questions},
                          "students": {g.id: {"student": g.student, "scores": g.scores, "notes": g.notes,
-                                             "limited": g.limited, "cases": _safe_cases(g.cases)} for g in grades}}
+                                             "limited": g.limited, "cases": _safe_cases(g.cases)}
+                                      | ({"roster": roster.get(g.id, {})} if roster is not None else {})
+                                      for g in grades}}
     write_text_atomic(output.with_suffix(".json"), json.dumps(details, indent=1))
-    write_text_atomic(output, grades_csv(grades, questions))
+    write_text_atomic(output, grades_csv(grades, questions, roster))

@@ -163,7 +163,8 @@ def merge(sheet: Path, grades_csv: Path) -> list[dict]:
     header = [h for h in header if h not in maxima]  # merged before: replaced, never added twice
     json_path = grades_csv.with_suffix(".json")
     auto = json.loads(json_path.read_text())["questions"] if json_path.exists() else None
-    tested = [h for h in header if h in auto] if auto else [h for h in header[1:header.index("total")] if h != "id"]
+    tested = [h for h in header if h in auto] if auto else [h for h in header[1:header.index("total")]
+                                                               if h not in ("id", "name", "email")]
     auto_possible = sum(auto.values()) if auto else None
     unknown = set(points) - {r["student"] for r in rows}
     if unknown:
@@ -172,7 +173,8 @@ def merge(sheet: Path, grades_csv: Path) -> list[dict]:
         mine = points.get(row["student"], {})
         for q in maxima:
             row[q] = f"{mine.get(q, 0.0):g}"
-        row["total"] = f"{sum(float(row[q]) for q in tested) + sum(float(row[q]) for q in maxima):g}"
+        earned = sum(float(row[q]) for q in tested) + sum(float(row[q]) for q in maxima)
+        row["total"] = f"{earned * (1 - float(row.get('penalty_pct') or 0) / 100):g}"  # a roster's late penalty
         possible = auto_possible if auto_possible is not None else float(row["possible"])
         row["possible"] = f"{possible + sum(maxima.values()):g}"
     out = io.StringIO()
@@ -181,6 +183,10 @@ def merge(sheet: Path, grades_csv: Path) -> list[dict]:
     writer.writeheader()
     writer.writerows(rows)
     write_text_atomic(grades_csv, out.getvalue())
+    lms = json.loads(json_path.read_text()).get("lms_assignment") if json_path.exists() else None
+    if lms:  # graded with a roster: its gradebook imports follow the new totals
+        from tools.grading.grader import write_imports
+        write_imports(grades_csv, lms)
     return rows
 
 
