@@ -97,13 +97,18 @@ release: _build/exercises/autograder/$(CHAPTER)-autograder.zip
 
 # The instructor's path (book/instructors.md), one chapter at a time:
 #   make grade CHAPTER=ch01_qkv   submissions/ch01_qkv/<student>.ipynb -> grades/ch01_qkv.csv, .json, -feedback/
+#     [ROSTER=roster.csv DUE=<ISO time> LATE_PENALTY=<% per day> CUTOFF_DAYS=<n> TIMES=times.csv LMS_ASSIGNMENT=<name>]
+#     the roster, deadlines and the LMS's gradebook imports (tools/grading/roster.py)
 #   make written CHAPTER=ch01_qkv        written answers -> grades/ch01_qkv-written.csv (fill in its points)
 #   make merge-written CHAPTER=ch01_qkv  their points -> grades/ch01_qkv.csv (total = the whole grade)
 #   make feedback CHAPTER=ch01_qkv [REVEAL=1]  feedback files again, with written points (REVEAL: hidden tests' messages)
 GRADES ?= grades
 grade: _build/exercises/autograder/$(CHAPTER)-autograder.zip grade-deps
 	@echo "Grading $(SUBMISSIONS)/ in bubblewrap sandboxes (Linux with bwrap: $$(command -v bwrap))"
-	$(BIN)/python -m tools.grading $< $(SUBMISSIONS) -o $(GRADES)/$(CHAPTER).csv --timeout $(TIMEOUT) --jobs $(JOBS)
+	$(BIN)/python -m tools.grading $< $(SUBMISSIONS) -o $(GRADES)/$(CHAPTER).csv --timeout $(TIMEOUT) --jobs $(JOBS) \
+	  $(if $(ROSTER),--roster '$(ROSTER)') $(if $(DUE),--due '$(DUE)') $(if $(LATE_PENALTY),--late-penalty $(LATE_PENALTY)) \
+	  $(if $(CUTOFF_DAYS),--cutoff-days $(CUTOFF_DAYS)) $(if $(TIMES),--times '$(TIMES)') \
+	  $(if $(LMS_ASSIGNMENT),--lms-assignment '$(LMS_ASSIGNMENT)')
 written: $(STAMP)
 	$(BIN)/python -m tools.grading.written export $(CHAPTER) $(SUBMISSIONS) -o $(GRADES)/$(CHAPTER)-written.csv
 merge-written: $(STAMP)

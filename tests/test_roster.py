@@ -17,7 +17,7 @@ from tools.grading import grader, written
 from tools.grading.collect import find_submissions
 from tools.grading.results import Grade
 from tools.grading.roster import (Match, Student, lateness, lms_file, make_policy, match_submissions, parse_time,
-                                  read_roster, read_times)
+                                  read_roster, read_times, write_imports)
 
 ROSTER = """id,name,email,extension
 1001,Alice Liddell,alice@example.edu,
@@ -206,9 +206,11 @@ def graded_with_roster(tmp_path: Path, roster: list[Student]) -> Path:
     people = grader.roster_columns(matches, grades, ids, make_policy(DUE, penalty_pct=25))
     out = tmp_path / "grades" / "g.csv"
     out.parent.mkdir()
+    files = {"roster_files": {"liddellalice_1001_501_nb": "1001", "Bob Marley_77_assignsubmission_file_": "1002",
+                              "carol@example.edu": "1003"}, "files_not_graded": ["strangerdanger_9999_503_x"]}
     grader.write_outputs(out, grades, [Q("q1", 1), Q("q2", 3)], {"assignment": "ch01_qkv",
-                                                                  "lms_assignment": "Chapter 1 (123)"}, people)
-    grader.write_imports(out, "Chapter 1 (123)")
+                                                                  "lms_assignment": "Chapter 1 (123)"} | files, people)
+    write_imports(out, "Chapter 1 (123)")
     return out
 
 
@@ -243,10 +245,12 @@ def test_grades_csv_has_roster_columns_lateness_and_gradebook_imports(tmp_path, 
 def test_written_points_merge_keeps_the_late_penalty_and_updates_the_imports(tmp_path, roster):
     out = graded_with_roster(tmp_path, roster)
     sheet = tmp_path / "grades" / "g-written.csv"
-    sheet.write_text("question,max_points,student,answer,points\n" + "".join(
-        f"w1,2,{s},text,2\n" for s in ("1001", "1002", "1003", "1004")))
+    sheet.write_text("question,max_points,student,answer,points\n" + "".join(  # as the export names them: files
+        f"w1,2,{s},text,2\n" for s in ("liddellalice_1001_501_nb", "Bob Marley_77_assignsubmission_file_",
+                                        "carol@example.edu", "strangerdanger_9999_503_x")))
     written.merge(sheet, out)
     rows = {r["student"]: r for r in read_csv(out)}
-    assert [rows[s]["total"] for s in ("1001", "1002", "1003")] == ["6", "4", "3"]  # carol: (4 + 2) x 50%
+    assert [(rows[s]["w1"], rows[s]["total"]) for s in ("1001", "1002", "1003", "1004")] == \
+        [("2", "6"), ("2", "4"), ("2", "3"), ("0", "0")]  # carol: (4 + 2) x 50%; the unmatched file left out
     canvas = {r["ID"]: r["Chapter 1 (123)"] for r in read_csv(out.with_name("g-canvas.csv"))}
     assert canvas["1003"] == "3"

@@ -55,7 +55,8 @@ def student_report(name: str, record: dict, questions: dict[str, float], written
     for q, (score, points) in (written or {}).items():
         total, possible = total + score, possible + points
         rows.append({"question": q, "score": score, "points": points, "cases": [], "written": True})
-    return {"student": name, "rows": rows, "total": total, "possible": possible,
+    penalty = float((record.get("roster") or {}).get("penalty_pct") or 0)  # late work (tools.grading.roster)
+    return {"student": name, "rows": rows, "total": total * (1 - penalty / 100), "possible": possible,
             "notes": list(record.get("notes", [])), "revealed": reveal_hidden}
 
 
@@ -147,7 +148,9 @@ def write_feedback(grades_json: Path, out: Path | None = None, reveal_hidden: bo
     out = out or feedback_folder(Path(grades_json))
     out.mkdir(parents=True, exist_ok=True)
     assignment = details.get("assignment") or Path(grades_json).stem
-    extra = written_points(written)
+    from tools.grading.written import roster_keys
+
+    extra = roster_keys(written_points(written), details)  # a roster's grades: the sheet's names made ids
     from tools.grading.results import csv_cell
 
     written_files = []

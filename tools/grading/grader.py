@@ -59,9 +59,9 @@ from tools.grading.collect import Submission, find_submissions, read_submission
 from tools.grading.feedback import feedback_folder, write_feedback
 from tools.grading.judge import load_autograder, notebook_budget, plan_cells  # noqa: F401 (plan_cells: for tests)
 from tools.grading.library_answers import blocked_names
-from tools.grading.roster import Policy, Student, import_files, lateness, match_submissions
-from tools.grading.results import (Grade, ResultStore, display_name, record_id, safe_text, sha256_bytes, sha256_file,
-                                   write_outputs)
+from tools.grading.roster import Policy, Student, lateness, match_submissions, write_imports
+from tools.grading.results import (Grade, ResultStore, csv_cell, display_name, record_id, safe_text, sha256_bytes,
+                                   sha256_file, write_outputs)
 from tools.grading.sandbox import Limits, SandboxCgroup, SandboxUnavailable, check_bwrap
 from tools.grading.student import Sandbox
 
@@ -221,8 +221,11 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
     if roster is not None:  # results stay keyed by the file's name: adding a roster later grades nothing again
         matches, unmatched = match_submissions(subs, roster, times)
         skipped += [(name, f"matches no roster student: {why}") for name, why in unmatched]
+        every = list(subs)
         subs = {m.sub.student: m.sub for m in matches if m.sub is not None}
         owner = {m.sub.student: m.student.id for m in matches if m.sub is not None}
+        files = {"roster_files": {csv_cell(display_name(k)): csv_cell(display_name(v)) for k, v in owner.items()},
+                 "files_not_graded": [csv_cell(display_name(k)) for k in every if k not in owner]}
         for m in matches:
             if m.sub is not None:
                 m.sub.remarks += m.notes
@@ -265,7 +268,7 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
         "kept_cut_by_time_limits": limited, "skipped": [{"name": safe_text(n, 200), "why": w} for n, w in skipped]}
         | ({"lms_assignment": lms_assignment or assignment, "due": policy and policy.due.isoformat(),
             "late_penalty_pct_per_day": policy and policy.penalty_pct, "cutoff_days": policy and policy.cutoff_days}
-           if roster is not None else {}), people)
+           | files | {"no_submission": sum(m.sub is None for m in matches)} if roster is not None else {}), people)
     if roster is not None:
         write_imports(output, lms_assignment or assignment)
     report_run(store, skipped)
@@ -293,20 +296,6 @@ def roster_columns(matches, grades: list[Grade], ids: dict[str, str], policy: Po
     grades.sort(key=lambda g: g.student)
     return columns
 
-
-def write_imports(output: Path, assignment: str) -> tuple[Path, Path]:
-    """Canvas's and Moodle's gradebook-import CSVs of the grades CSV ``output``, written
-    atomically beside it (``<stem>-canvas.csv``, ``<stem>-moodle.csv``)."""
-    import csv
-
-    from xfl.atomic_files import write_text_atomic
-    with open(output, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    canvas, moodle = import_files(rows, assignment)
-    paths = output.with_name(f"{output.stem}-canvas.csv"), output.with_name(f"{output.stem}-moodle.csv")
-    write_text_atomic(paths[0], canvas)
-    write_text_atomic(paths[1], moodle)
-    return paths
 
 
 def report_run(store: ResultStore, skipped: list[tuple[str, str]]) -> None:
@@ -411,11 +400,13 @@ NO_SANDBOX = ("Each notebook runs in a bubblewrap sandbox, which needs Linux (us
 def run_summary(grades: list[Grade], output: Path) -> str:
     """What this run did: how many notebooks it graded and how many results it kept from an
     earlier run (read back from the JSON it wrote)."""
-    kept = json.loads(output.with_suffix(".json").read_text()).get("kept_from_earlier_runs", 0)
-    if kept == len(grades):
+    details = json.loads(output.with_suffix(".json").read_text())
+    kept, absent = details.get("kept_from_earlier_runs", 0), details.get("no_submission", 0)
+    missing = f"; {absent} roster students have no submission" if absent else ""
+    if kept == len(grades) - absent:
         return (f"nothing new to grade: all {kept} notebooks have results for the same notebook, zip and "
-                f"configuration (--regrade grades them again) -> {output}")
-    return f"graded {len(grades) - kept} notebooks, kept {kept} earlier results -> {output}"
+                f"configuration (--regrade grades them again){missing} -> {output}")
+    return f"graded {len(grades) - absent - kept} notebooks, kept {kept} earlier results{missing} -> {output}"
 
 
 if __name__ == "__main__":

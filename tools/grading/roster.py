@@ -74,6 +74,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from tools.grading.collect import Submission, is_notebook
+from xfl.atomic_files import write_text_atomic
 
 ROSTER_COLUMNS = ("id", "name", "email")  # required; "extension" optional
 CANVAS = re.compile(r"^(?P<name>.*?)_(?:(?P<late>LATE)_)?(?P<uid>\d+)_(?P<file_id>\d+)_(?P<file>.+)$", re.S)
@@ -350,3 +351,15 @@ def import_files(rows: list[dict], assignment: str) -> tuple[str, str]:
         cw.writerow([row["name"], row["student"], "", "", "", score])  # the grades CSV's cells: made safe there
         mw.writerow([row["name"], row["email"], score])
     return canvas.getvalue(), moodle.getvalue()
+
+
+def write_imports(output: Path, assignment: str) -> tuple[Path, Path]:
+    """Canvas's and Moodle's gradebook-import CSVs of the grades CSV ``output``, written
+    atomically beside it (``<stem>-canvas.csv``, ``<stem>-moodle.csv``)."""
+    with open(output, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    canvas, moodle = import_files(rows, assignment)
+    paths = output.with_name(f"{output.stem}-canvas.csv"), output.with_name(f"{output.stem}-moodle.csv")
+    write_text_atomic(paths[0], canvas)
+    write_text_atomic(paths[1], moodle)
+    return paths

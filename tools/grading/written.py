@@ -150,6 +150,15 @@ def sheet_points(sheet: Path) -> tuple[dict[str, float], dict[str, dict[str, flo
     return maxima, points
 
 
+def roster_keys(by_student: dict, details: dict) -> dict:
+    """``by_student`` keyed by the grades CSV's students: with a roster, the sheet's file names
+    become roster ids (``roster_files`` of the grades JSON) and files not graded are left out."""
+    if "roster_files" not in details:
+        return by_student
+    ignored, mapping = set(details.get("files_not_graded", [])), details["roster_files"]
+    return {mapping.get(s, s): v for s, v in by_student.items() if s not in ignored}
+
+
 def merge(sheet: Path, grades_csv: Path) -> list[dict]:
     """Add the sheet's points to ``grades_csv`` (in place, atomically): one column per written
     question before ``total``; ``total`` and ``possible`` count them. Idempotent."""
@@ -162,7 +171,9 @@ def merge(sheet: Path, grades_csv: Path) -> list[dict]:
                          f"got the columns {header}")
     header = [h for h in header if h not in maxima]  # merged before: replaced, never added twice
     json_path = grades_csv.with_suffix(".json")
-    auto = json.loads(json_path.read_text())["questions"] if json_path.exists() else None
+    details = json.loads(json_path.read_text()) if json_path.exists() else {}
+    auto = details.get("questions")
+    points = roster_keys(points, details)
     tested = [h for h in header if h in auto] if auto else [h for h in header[1:header.index("total")]
                                                                if h not in ("id", "name", "email")]
     auto_possible = sum(auto.values()) if auto else None
@@ -183,9 +194,8 @@ def merge(sheet: Path, grades_csv: Path) -> list[dict]:
     writer.writeheader()
     writer.writerows(rows)
     write_text_atomic(grades_csv, out.getvalue())
-    lms = json.loads(json_path.read_text()).get("lms_assignment") if json_path.exists() else None
-    if lms:  # graded with a roster: its gradebook imports follow the new totals
-        from tools.grading.grader import write_imports
+    if lms := details.get("lms_assignment"):  # graded with a roster: its gradebook imports follow the new totals
+        from tools.grading.roster import write_imports
         write_imports(grades_csv, lms)
     return rows
 
