@@ -115,5 +115,31 @@ def resize_positions(pos, old_grid, new_grid):
         "column-major patch positions": _distance('indexing="ij"', 'indexing="xy"'),
         "squared distances": _distance(".norm(dim=-1)", ".pow(2).sum(dim=-1)"),
         "Manhattan distances": _distance(".norm(dim=-1)", ".abs().sum(dim=-1)"),
+        "the query's own weight dropped and the rest renormalised": _distance(
+            "return (weights * apart).sum(dim=-1).mean(dim=-1)",
+            "others = weights * (1 - torch.eye(weights.shape[-1], dtype=weights.dtype))\n"
+            "    others = others / others.sum(-1, keepdim=True)\n"
+            "    return (others * apart).sum(dim=-1).mean(dim=-1)"),
+    },
+}
+
+RIGHT_ANSWERS: dict[str, dict[str, str]] = {  # correct by another route: they earn every point
+    "q6": {
+        # issue 66: the right formula in float32 (the tests' weights are float64) lost 4 of 5 points
+        "the solution's formula computed in float32": _distance("return (weights * apart)",
+                                                                 "return (weights.float() * apart.float())"),
+        "loops over queries and keys, positions from divmod": '''
+def mean_attention_distance(weights, grid, patch_size):
+    import math
+    rows, cols = grid
+    n = rows * cols
+    out = torch.zeros(weights.shape[:-2], dtype=torch.float32)
+    for i in range(n):
+        for j in range(n):
+            (ri, ci), (rj, cj) = divmod(i, cols), divmod(j, cols)
+            d = patch_size * math.hypot(ri - rj, ci - cj)
+            out += weights[..., i, j].float() * d / n
+    return out
+''',
     },
 }
