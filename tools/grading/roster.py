@@ -36,13 +36,16 @@ Canvas numbers its attachments in the order they were stored).
 the ISO 8601 time the LMS recorded, e.g. Canvas's ``submitted_at`` from its Submissions API or
 Moodle's "Last modified (submission)" from its grading worksheet) wins when given. Otherwise:
 
-- a Canvas file has no usable time: its zip entries are written when the zip is made
-  (``Zip::File#get_output_stream`` without a time: rubyzip stamps them "now"), so every file of a
-  download carries the download's time. Canvas's ``LATE`` marker is used instead: without it the
-  submission is on time; with it the lateness is unknown and one day is charged, noted;
+- a Canvas file has no usable time: ``content_zipper.rb`` adds each file with
+  ``zipfile.get_output_stream(filename)``, no time given, and rubyzip's ``Zip::Entry`` defaults to
+  ``time: ::Zip::DOSTime.now`` (``lib/zip/entry.rb``), so every file of a download carries the
+  time the zip was made. Canvas's ``LATE`` marker is used instead: without it the submission is on
+  time; with it the lateness is unknown and one day is charged, noted;
 - any other file: its modification time as the download left it (``unzip`` restores each
-  entry's time; Moodle's zip stores the time its file store wrote the content: the upload, unless
-  the same bytes were stored earlier).
+  entry's time). Moodle adds a submitted file by the path of its file store's copy
+  (``lib/filestorage/file_system.php``, ``add_storedfile_to_archive``: ``add_file_from_pathname``),
+  so the entry has the time that copy was written: the upload, unless the same bytes were stored
+  on the site before.
 
 **Late policy.** Days late are counted in started days past the student's due date (``--due``
 plus their extension): ``--late-penalty P`` takes P percent of the points per day, and
