@@ -1,6 +1,6 @@
 """Chapter 10's measurements (xfl.ablation): from the 2017 block to today's decoder block.
 
-    python -m bench.modern              # the CPU recipe (5 seeds; about 10 min on a quiet 2-core CPU)
+    python -m bench.modern              # the CPU recipe (5 seeds; about 12 min on a quiet 2-core CPU)
     python -m bench.modern --full       # the GPU recipe (chapter 10's full profile)
     python -m bench.modern --smoke      # tiny and short (a few seconds; for the tests)
 
@@ -9,10 +9,12 @@ without padding), writes to ``bench/results/modern.json`` (or ``--out``): the ab
 book's block, each change alone, all together; equal parameters within 2% by the feed-forward
 width; validation bits per character per seed, mean and spread, the paired difference from the
 2017 block with its 95% interval and verdict; training tokens per second; key-value cache bytes
-per token), a learning-rate sweep of the 2017 and modern blocks, the 2017 block with and without
-QK-norm at ten times the rate (bits and largest attention logit per seed), length extrapolation
-(trained at L, evaluated at L, 2L, 4L, and per position on 4L windows: learned, sinusoidal, RoPE,
-no positions; the learned table's RMS) and quality against the number of kv heads; plus
+per token; Holm-adjusted p-values and verdicts), run at the 2017 block's best rate of a
+learning-rate sweep of the 2017 and modern blocks (four rates, 1 to 10 times the recipe's), the
+2017 block with and without QK-norm at the sweep's top rate (bits and largest attention logit
+per seed), length extrapolation (trained at L, evaluated at L, 2L, 4L, and per position on 4L
+windows read from shifted starts, so that every span scores the same characters: learned,
+sinusoidal, RoPE, no positions; the learned table's RMS) and quality against the number of kv heads; plus
 interleaved timings of the fused causal path against a mask and of RMSNorm against LayerNorm.
 Wall-clock figures depend on the machine and its load: they are recorded, never a verdict.
 Sentences from tatoeba.org (CC-BY 2.0 FR). Data: XFL_DATA_MIRROR or a verified download.
@@ -24,14 +26,16 @@ import argparse
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from bench.report import write_results
-from xfl.ablation import (RECIPES, Recipe, ablation_variants, beyond_training_length, compare_variants,
-                          difference, kv_head_study, learned_table_rms, lr_sweep, position_study,
-                          qk_norm_study, spanish_characters, time_fused_path, time_norms)
+from xfl.ablation import (HIGH_RATE_FACTOR, RECIPES, Recipe, ablation_variants, best_rate,
+                          beyond_training_length, compare_variants, difference, holm_verdicts,
+                          kv_head_study, learned_table_rms, lr_sweep, position_study, qk_norm_study,
+                          spanish_characters, time_fused_path, time_norms)
 from xfl.runtime import default_device, device_name
 
 RESULTS = Path(__file__).resolve().parent / "results" / "modern.json"
@@ -63,27 +67,29 @@ def positions_report(positions: dict, length: int) -> dict:
     return report
 
 
-def modern_studies(streams, recipe: Recipe, seeds, ablation: dict) -> dict:
-    """The learning-rate sweep (2017 vs modern) and QK-norm at a high rate, without models."""
-    sweep = lr_sweep(streams, recipe, ("2017 block", "all together"), ablation, seeds)
-    qk = qk_norm_study(streams, recipe, seeds)
-    return {"lr_sweep": {str(rate): plain(r, "2017 block") for rate, r in sweep.items()},
-            "qk_norm_high_lr": plain(qk, "2017 block")}
-
-
 def run(profile: str) -> dict:
-    """Every study of ``profile``'s recipe; the report as written to JSON."""
+    """Every study of ``profile``'s recipe, as chapter 10 runs them: the learning-rate sweep of the
+    2017 and modern blocks, the ablation at the 2017 block's best rate (the sweep's runs at that
+    rate reused), QK-norm at the sweep's top rate, extrapolation and kv heads; without models."""
     spec = RECIPES[profile]
     recipe, seeds = spec["recipe"], spec["seeds"]
     streams = spanish_characters(**spec["data"])
-    ablation = compare_variants(streams, recipe, ablation_variants(recipe.sizes["num_heads"]), seeds)
-    positions = position_study(streams, recipe, seeds, ablation)
-    kv_heads = kv_head_study(streams, recipe, seeds, ablation)
+    variants = ablation_variants(recipe.sizes["num_heads"])
+    sweep = lr_sweep(streams, recipe, {n: variants[n] for n in ("2017 block", "all together")}, seeds)
+    tuned = replace(recipe, lr=best_rate(sweep, "2017 block"))
+    ablation = compare_variants(streams, tuned, variants, seeds, done=sweep[tuned.lr])
+    top = {"2017 block": sweep[float(f"{recipe.lr * HIGH_RATE_FACTOR:.3g}")]["2017 block"]}
+    qk = qk_norm_study(streams, recipe, seeds, done=top)
+    positions = position_study(streams, tuned, seeds, ablation)
+    kv_heads = kv_head_study(streams, tuned, seeds, ablation)
+    holm = {name: {k: v[k] for k in ("p", "p_holm", "verdict")}
+            for name, v in holm_verdicts(ablation, "2017 block").items()}
     return {"profile": profile, "seeds": list(seeds), "recipe": {**recipe.__dict__, "data": spec["data"]},
-            "vocab": len(streams.vocab), "train_chars": streams.train.numel(),
+            "ablation_lr": tuned.lr, "vocab": len(streams.vocab), "train_chars": streams.train.numel(),
             "valid_chars": streams.valid.numel(), "ablation": plain(ablation, "2017 block"),
-            "extrapolation": positions_report(positions, recipe.length),
-            **modern_studies(streams, recipe, seeds, ablation),
+            "ablation_holm": holm, "extrapolation": positions_report(positions, recipe.length),
+            "lr_sweep": {str(rate): plain(r, "2017 block") for rate, r in sweep.items()},
+            "qk_norm_high_lr": plain(qk, "2017 block"),
             "kv_heads": plain(kv_heads, recipe.sizes["num_heads"]),
             "timings": timings(ablation, recipe, 5 if profile == "smoke" else 30)}
 

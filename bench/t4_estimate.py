@@ -32,6 +32,7 @@ from pathlib import Path
 
 from bench.report import write_results
 from bench.t4_workloads import COUNT_BATCH, DATA, WORKLOADS, modern_variants
+from xfl.ablation import RATE_FACTORS
 from xfl.ablation import RECIPES as MODERN
 from xfl.estimate import COLAB_CPU, H100, T4, Device, Work
 from xfl.vit_train import RECIPES as VIT
@@ -89,10 +90,11 @@ class Fixed:
 # Read from the chapters (2026-11-26; chapters 5 and 7 with the proposals below applied);
 # file:line in each entry's source.
 TR, BL = "ch05_encoder_decoder/translation.md", "ch06_bleu/bleu_decoding.md"
+DC = "ch06_decoding/decoding.md"  # chapter 6's second page
 VT, GP = "ch07_vit/vision_transformer.md", "ch09_gpt/decoder_only.md"
 MB = "ch10_modern/modern_block.md"
 WORDS_VALID, WORDS_TEST = DATA["words"]["valid"], DATA["words"]["test"]  # held-out English sentences
-CH06_STEPS, CH06_COMPARE = 6000, 1000  # bleu_decoding.md:409 and :973 (STEPS // 6)
+CH06_STEPS, CH06_COMPARE = 6000, 1000  # bleu_decoding.md:407, decoding.md:81 and :535 (STEPS // 6)
 VIT_STEPS_PER_EPOCH = 50_000 // VIT["full"].batch_size  # the GPU recipe: all 50,000 images
 POOL_STEPS = 5 * VIT_STEPS_PER_EPOCH  # vision_transformer.md:625
 MODERN_FULL = MODERN["full"]
@@ -116,36 +118,40 @@ CHAPTERS = {
              source=f"{TR}:970-981"),
     ],
     "ch06_bleu": [
-        Train("healthy run (6 snapshots)", "translator 4+4 (words)", 128, CH06_STEPS, 1, f"{BL}:409,436"),
-        Train("diverged run from step 4000", "translator 4+4 (words)", 128, CH06_STEPS // 3, 1, f"{BL}:440"),
-        Pass("snapshot BLEU: 8 snapshots x 1000 sentences", "greedy 4+4", 1000, 8, source=f"{BL}:464,478"),
-        Pass("greedy on every validation sentence", "greedy 4+4", WORDS_VALID, 1, source=f"{BL}:643-649"),
-        Pass("beam 4, raw and length-normalised", "beam 4, 4+4", WORDS_VALID, 2, source=f"{BL}:643-649"),
-        Pass("<unk> allowed: greedy", "greedy 4+4", WORDS_VALID, 1, source=f"{BL}:721"),
-        Pass("<unk> allowed: beam 4", "beam 4, 4+4", WORDS_VALID, 1, source=f"{BL}:721"),
-        Pass("cache timing, greedy: 4 rounds cached + ours", "greedy 4+4", WORDS_VALID, 8, source=f"{BL}:894,918"),
+        Train("healthy run (6 snapshots)", "translator 4+4 (words)", 128, CH06_STEPS, 1, f"{BL}:407,434"),
+        Train("diverged run from step 4000", "translator 4+4 (words)", 128, CH06_STEPS // 3, 1, f"{BL}:438"),
+        Pass("snapshot BLEU: 8 snapshots x 1000 sentences", "greedy 4+4", 1000, 8, source=f"{BL}:462,476-477"),
+    ],
+    "ch06_decoding": [
+        Train("the healthy run again (the page runs on its own)", "translator 4+4 (words)", 128, CH06_STEPS, 1,
+              f"{DC}:81,88"),
+        Pass("greedy on every validation sentence", "greedy 4+4", WORDS_VALID, 1, source=f"{DC}:209"),
+        Pass("beam 4, raw and length-normalised", "beam 4, 4+4", WORDS_VALID, 2, source=f"{DC}:209"),
+        Pass("<unk> allowed: greedy", "greedy 4+4", WORDS_VALID, 1, source=f"{DC}:281"),
+        Pass("<unk> allowed: beam 4", "beam 4, 4+4", WORDS_VALID, 1, source=f"{DC}:281"),
+        Pass("cache timing, greedy: 4 rounds cached + ours", "greedy 4+4", WORDS_VALID, 8, source=f"{DC}:456"),
         Pass("cache timing, greedy: 4 rounds without cache", "greedy 4+4, no cache", WORDS_VALID, 4,
-             source=f"{BL}:894,918"),
-        Pass("cache timing, beam 4: 4 rounds cached + ours", "beam 4, 4+4", WORDS_VALID, 8, source=f"{BL}:894,918"),
+             source=f"{DC}:456"),
+        Pass("cache timing, beam 4: 4 rounds cached + ours", "beam 4, 4+4", WORDS_VALID, 8, source=f"{DC}:456"),
         Pass("cache timing, beam 4: 4 rounds without cache", "beam 4, 4+4, no cache", WORDS_VALID, 4,
-             source=f"{BL}:894,918"),
+             source=f"{DC}:456"),
         Train("recipe comparison: 2 word recipes x 3 seeds", "translator 4+4 (words)", 128, CH06_COMPARE, 6,
-              f"{BL}:971-1000"),
+              f"{DC}:535-567"),
         Train("recipe comparison: subwords x 3 seeds", "translator 4+4 (subwords)", 128, CH06_COMPARE, 3,
-              f"{BL}:977-1000"),
-        Pass("recipe comparison: validation BLEU of 6 word runs", "greedy 4+4", WORDS_VALID, 6, source=f"{BL}:997"),
+              f"{DC}:535-567"),
+        Pass("recipe comparison: validation BLEU of 6 word runs", "greedy 4+4", WORDS_VALID, 6, source=f"{DC}:567"),
         Pass("recipe comparison: validation BLEU of 3 subword runs", "greedy 4+4 (subwords)", WORDS_VALID, 3,
-             source=f"{BL}:997"),
+             source=f"{DC}:567"),
         Train("the winner for STEPS (if not the healthy run; subwords counted)", "translator 4+4 (subwords)", 128,
-              CH06_STEPS, 1, f"{BL}:1026"),
+              CH06_STEPS, 1, f"{DC}:610"),
         Pass("choose_weights + the two validation BLEUs", "greedy 4+4 (subwords)", WORDS_VALID, 4,
-             source=f"{BL}:1027-1032"),
-        Pass("choose_decoding: greedy", "greedy 4+4 (subwords)", WORDS_VALID, 1, source=f"{BL}:1039"),
+             source=f"{DC}:611"),
+        Pass("choose_decoding: greedy", "greedy 4+4 (subwords)", WORDS_VALID, 1, source=f"{DC}:623"),
         Pass("choose_decoding: beam 4 x 3 length penalties", "beam 4, 4+4 (subwords)", WORDS_VALID, 3,
-             source=f"{BL}:1039"),
-        Pass("test: healthy run greedy", "greedy 4+4", WORDS_TEST, 1, source=f"{BL}:1053"),
-        Pass("test: healthy run beam 4", "beam 4, 4+4", WORDS_TEST, 1, source=f"{BL}:1053"),
-        Pass("test: chosen recipe (beam 4 counted)", "beam 4, 4+4 (subwords)", WORDS_TEST, 1, source=f"{BL}:1054"),
+             source=f"{DC}:623"),
+        Pass("test: healthy run greedy", "greedy 4+4", WORDS_TEST, 1, source=f"{DC}:637"),
+        Pass("test: healthy run beam 4", "beam 4, 4+4", WORDS_TEST, 1, source=f"{DC}:637"),
+        Pass("test: chosen recipe (beam 4 counted)", "beam 4, 4+4 (subwords)", WORDS_TEST, 1, source=f"{DC}:638"),
     ],
 }
 CHAPTERS.update({
@@ -177,17 +183,19 @@ CHAPTERS.update({
     ],
     "ch10_modern": [
         *(Train(f"{name}, {len(MODERN_FULL['seeds'])} seeds", f"modern: {name}", MODERN_RECIPE.batch,
-                MODERN_RECIPE.steps, len(MODERN_FULL["seeds"]), f"{MB}:391-403,524,594, xfl/ablation.py RECIPES")
+                MODERN_RECIPE.steps, len(MODERN_FULL["seeds"]), f"{MB}:439,567,702, xfl/ablation.py RECIPES")
           for name in modern_variants()),
-        *(Train(f"lr sweep: {name} at 2 more rates, {len(MODERN_FULL['seeds'])} seeds", f"modern: {name}",
-                MODERN_RECIPE.batch, MODERN_RECIPE.steps, 2 * len(MODERN_FULL["seeds"]),
-                f"{MB}:460 lr_sweep (xfl/ablation.py)", when="lr_sweep(") for name in ("2017 block", "all together")),
-        *(Train(f"QK-norm study: {name} at 10x the rate, {len(MODERN_FULL['seeds'])} seeds", f"modern: {name}",
-                MODERN_RECIPE.batch, MODERN_RECIPE.steps, len(MODERN_FULL["seeds"]),
-                f"{MB}:485 qk_norm_study (xfl/ablation.py)", when="qk_norm_study(") for name in ("2017 block", "QK-norm")),
+        # the sweep's four rates: at the 2017 block's best its runs are the ablation's (counted above)
+        *(Train(f"lr sweep: {name} at 3 more rates, {len(MODERN_FULL['seeds'])} seeds", f"modern: {name}",
+                MODERN_RECIPE.batch, MODERN_RECIPE.steps, (len(RATE_FACTORS) - 1) * len(MODERN_FULL["seeds"]),
+                f"{MB}:419 lr_sweep (xfl/ablation.py)", when="lr_sweep(") for name in ("2017 block", "all together")),
+        # at the sweep's top rate: the 2017 block's runs are the sweep's, QK-norm's are new
+        Train(f"QK-norm study: QK-norm at 10x the rate, {len(MODERN_FULL['seeds'])} seeds", "modern: QK-norm",
+              MODERN_RECIPE.batch, MODERN_RECIPE.steps, len(MODERN_FULL["seeds"]),
+              f"{MB}:515 qk_norm_study (xfl/ablation.py)", when="qk_norm_study("),
         Pass("validation curves: evals x runs x valid_windows (the studies' runs too)", "modern block forward",
              MODERN_RECIPE.valid_windows,
-             MODERN_RECIPE.evals * len(MODERN_FULL["seeds"]) * (len(modern_variants()) + 6),
+             MODERN_RECIPE.evals * len(MODERN_FULL["seeds"]) * (len(modern_variants()) + 2 * (len(RATE_FACTORS) - 1) + 1),
              batch=256, source="xfl/ablation.py:train_variant"),
     ],
 })
@@ -203,7 +211,9 @@ READ_FROM = {
          "TRANSLATOR_STEPS = pick(full=3000,", "model = model.eval()  # where it trained",
          "for en, refs in task.test[: pick(full=2000, fast=300)]"],
     BL: ["STEPS, BATCH = pick(full=6000, fast=600, cpu=1000), pick(full=128, fast=64)",
-         "SEEDS, COMPARE_STEPS = (0, 1, 2), pick(full=STEPS // 6,", "EVAL = task.valid[: pick(full=1000, fast=300)]",
+         "EVAL = task.valid[: pick(full=1000, fast=300)]"],
+    DC: ["STEPS, BATCH = pick(full=6000, fast=600, cpu=1000), pick(full=128, fast=64)",
+         "SEEDS, COMPARE_STEPS = (0, 1, 2), pick(full=STEPS // 6,",
          "VALID = task.valid[: pick(full=None, fast=300)]", "pairs=pick(full=3, fast=3)"],
     VT: ["POOL_STEPS = pick(full=5 * task.steps_per_epoch,", "POOL_SEEDS = (0, 1, 2)", "recipe = RECIPES[profile()]",
          "max_seconds=pick(full=300.0,"],
@@ -211,8 +221,8 @@ READ_FROM = {
     GP: ["STEPS, BATCH, LR = pick(full=2200, fast=300, cpu=800), pick(full=128, fast=32)",
          "SEEDS = pick(full=(0, 1, 2),", "FT_STEPS, FT_SEEDS = pick(full=750, fast=100, cpu=250), SEEDS",
          "n_test = n_valid = pick(full=4000,"],
-    MB: ["compare_variants(streams, recipe, ", "position_study(streams, recipe, SEEDS, ablation)",
-         "kv_head_study(streams, recipe, SEEDS, ablation)"],
+    MB: ["compare_variants(streams, tuned, variants, SEEDS, done=sweep[tuned.lr])",
+         "position_study(streams, tuned, SEEDS, ablation)", "kv_head_study(streams, tuned, SEEDS, ablation)"],
 }
 ABSENT: dict[str, list[str]] = {}  # file -> calls that would add runs the inventory does not count
 

@@ -37,11 +37,17 @@ def test_smoke_run_writes_results(tmp_path):
         assert len(r["per_position"]) == 2 and all(len(p) == 64 for p in r["per_position"])
         assert set(r["beyond_L"]) == {"L..2L", "2L..4L"}
     assert len(saved["extrapolation"]["learned"]["table_rms"]) == 2
-    assert [float(rate) for rate in saved["lr_sweep"]] == [1e-3, 3e-3, 9e-3]  # 1/3, 1 and 3 x 3e-3
+    assert [float(rate) for rate in saved["lr_sweep"]] == [3e-3, 9e-3, 1.8e-2, 3e-2]  # 1, 3, 6 and 10 x 3e-3
     assert all(set(r) == {"2017 block", "all together"} for r in saved["lr_sweep"].values())
-    assert saved["lr_sweep"]["0.003"]["all together"]["bits"] == ablation["all together"]["bits"]  # reused
+    rate = saved["ablation_lr"]  # the 2017 block's best rate of the sweep; its runs there are reused
+    assert min(saved["lr_sweep"], key=lambda r: saved["lr_sweep"][r]["2017 block"]["mean"]) == str(rate)
+    assert saved["lr_sweep"][str(rate)]["all together"]["bits"] == ablation["all together"]["bits"]
     qk = saved["qk_norm_high_lr"]
     assert set(qk) == {"2017 block", "QK-norm"} and all(len(r["max_logit"]) == 2 for r in qk.values())
+    assert qk["2017 block"]["bits"] == saved["lr_sweep"]["0.03"]["2017 block"]["bits"]  # the sweep's top
+    holm = saved["ablation_holm"]
+    assert set(holm) == set(ablation) - {"2017 block"}
+    assert all(h["p"] <= h["p_holm"] <= 1 and h["verdict"] in ("better", "worse", "unclear") for h in holm.values())
     assert set(saved["timings"]["fused"]["median_s"]) == {"mask", "is_causal"}
 
 

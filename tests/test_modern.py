@@ -357,3 +357,77 @@ def test_rope_stretched_reads_longer_windows_then_restores_the_model():
     torch.testing.assert_close(model(tokens), before, rtol=0, atol=0)
     with pytest.raises(ValueError, match="no rotary positions"), rope_stretched(small_gpt(), scale=2.0):
         pass
+
+
+# ------------------------------------------- the extrapolation's windows and the ablation's verdicts
+def test_shifted_windows_score_every_character_once_per_half_length_block():
+    from xfl.ablation import shifted_windows
+    stream = torch.arange(100)
+    w = shifted_windows(stream, 8, 3, 4)  # a ring of 24 characters, starts 0 and 4
+    assert w.shape == (6, 9) and w[0].tolist() == list(range(9)) and w[2, -1] == 0  # the ring closes
+    targets = w[:, 1:]  # (6, 8)
+    for lo in (0, 4):  # each block of 4 positions holds each of the 24 characters exactly once
+        assert sorted(targets[:, lo:lo + 4].flatten().tolist()) == list(range(24))
+    for bad in (dict(step=3), dict(step=0), dict(count=20)):
+        with pytest.raises(ValueError, match="need a step dividing length=8"):
+            shifted_windows(stream, 8, **{"count": 3, "step": 4, **bad})
+
+
+class _Unigram(nn.Module):
+    """A model blind to position and context: the same logits everywhere."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.logits = nn.Parameter(torch.randn(vocab, dtype=torch.float64))
+
+    def forward(self, tokens):  # (B, L) -> (B, L, V)
+        return self.logits.expand(*tokens.shape, -1)
+
+
+def test_position_profiles_cancel_the_data_across_spans():
+    """A position-blind model scores every span alike on shifted windows, not on one start."""
+    from xfl.ablation import (CharStreams, Recipe, beyond_training_length, per_position_bits,
+                              position_profiles, profile_windows, span_bits)
+    torch.manual_seed(0)
+    valid = torch.cat([torch.randint(1, 4, (600,)), torch.randint(1, 13, (600,))])  # easy, then hard
+    streams = CharStreams(vocab=None, train=valid, valid=valid)
+    recipe = Recipe(sizes={}, length=8, steps=1, batch=1, lr=1e-3, valid_windows=None)
+    models = [_Unigram(13), _Unigram(13)]
+    result = {"per_position": position_profiles(models, streams, recipe)}
+    spans = [span_bits(result, lo, hi)["bits"] for lo, hi in ((4, 8), (8, 16), (16, 32))]
+    for a, b in zip(spans, spans[1:]):
+        assert a == pytest.approx(b, abs=1e-9)
+    assert all(p["mean"] == pytest.approx(0, abs=1e-9) for p in beyond_training_length(result, 8).values())
+    once = per_position_bits(models[0], profile_windows(streams, recipe, shifted=False))  # (32,)
+    assert abs(float(once[4:8].mean() - once[16:32].mean())) > 0.01  # one start: spans differ
+
+
+def _results(diffs, base=2.0):
+    """Fake ablation results: the base, then one variant per list of per-seed differences."""
+    out = {"base": {"bits": [base] * 5}}
+    out.update({f"v{i}": {"bits": [base + d for d in ds]} for i, ds in enumerate(diffs)})
+    return out
+
+
+def test_holm_verdicts_and_the_table():
+    from xfl.ablation import holm_verdicts, table
+    clear = [0.11, 0.09, 0.10, 0.12, 0.08]  # t = 14, p ~ 1e-4: worse after Holm
+    weak = [0.02, 0.005, 0.012, 0.018, 0.008]  # p ~ 0.012 alone; x11 above 0.05
+    results = _results([clear, [-d for d in clear], weak] + [[0.01, -0.01, 0.02, -0.02, 0.0]] * 8)
+    v = holm_verdicts(results, "base")
+    assert len(v) == 11 and v["v0"]["verdict"] == "worse" and v["v1"]["verdict"] == "better"
+    assert v["v2"]["low"] > 0 and v["v2"]["p"] < 0.05 and v["v2"]["verdict"] == "unclear"
+    assert all(r["p"] <= r["p_holm"] <= 1 for r in v.values())
+    assert holm_verdicts(_results([weak]), "base")["v0"]["verdict"] == "worse"  # one test: no correction
+    text = table(results)
+    assert max(len(line) for line in text.splitlines()) <= 72, text
+    assert "over the 11 comparisons" in text and text.splitlines()[2].endswith("worse")
+
+
+def test_extrapolation_lines_name_every_code():
+    from xfl.ablation import extrapolation_lines
+    span = lambda word: {"mean": 0.0, "sd": 0.0, "low": 0.0, "high": 0.0, "verdict": word}  # noqa: E731
+    lines = extrapolation_lines({"RoPE": {"L..2L": span("unclear"), "2L..4L": span("worse")},
+                                 "none": {"L..2L": span("better"), "2L..4L": span("unclear")}})
+    assert lines == ["RoPE: L..2L no clear change; 2L..4L rises",
+                     "no-position model: L..2L falls; 2L..4L no clear change"]

@@ -29,7 +29,7 @@ from .data.text import PAD, Vocab
 from .model import GPT, MODERN_OPTIONS, GPTConfig, count_parameters
 from .norms import RMSNorm
 from .runtime import seed_everything
-from .seeds import mean_sd, paired_interval
+from .seeds import holm, mean_sd, paired_interval, paired_p_value
 from .timing import Comparison, compare
 from .train import TrainConfig, lm_loss, train
 
@@ -95,7 +95,9 @@ class Recipe:
 
 # One recipe per profile, read by chapter 10 (``RECIPES[profile()]``) and bench/modern.py: the
 # data (``spanish_characters``'s arguments), the seeds and the ``Recipe``. Five seeds in every
-# profile (a paired 95% interval needs them); the cpu and fast runs are short (early training).
+# profile (a paired 95% interval needs them); the cpu and fast runs are short (early training:
+# the cpu run's 360 steps are 0.64 of an epoch). ``lr`` is where the learning-rate sweep starts;
+# the ablation runs at the rate the sweep finds best for the 2017 block.
 FIVE_SEEDS = (0, 1, 2, 3, 4)
 RECIPES = {
     "full": dict(data=dict(max_chars=100, n_valid=4000), seeds=FIVE_SEEDS,
@@ -104,7 +106,7 @@ RECIPES = {
                                valid_windows=1024)),
     "cpu": dict(data=dict(max_chars=40, n_valid=500, n_train=20000), seeds=FIVE_SEEDS,
                 recipe=Recipe(sizes=dict(d_model=48, num_heads=4, num_layers=2, dropout=0.0),
-                              length=32, steps=300, batch=32, lr=3e-3, evals=6,
+                              length=32, steps=360, batch=32, lr=3e-3, evals=6,
                               valid_windows=256, device="cpu")),
     "fast": dict(data=dict(max_chars=40, n_valid=500, n_train=8000), seeds=FIVE_SEEDS,
                  recipe=Recipe(sizes=dict(d_model=32, num_heads=4, num_layers=2, dropout=0.0),
@@ -115,8 +117,8 @@ RECIPES = {
                                 length=16, steps=4, batch=8, lr=3e-3, evals=2,
                                 valid_windows=16, device="cpu")),
 }
-RATE_FACTORS = (1 / 3, 1, 3)  # the learning-rate sweep, in multiples of the recipe's rate
-HIGH_RATE_FACTOR = 10  # the QK-norm study's rate, in multiples of the recipe's rate
+RATE_FACTORS = (1, 3, 6, 10)  # the learning-rate sweep, in multiples of the recipe's rate
+HIGH_RATE_FACTOR = 10  # the QK-norm study's rate, in multiples of the recipe's rate (the sweep's top)
 
 
 def model_config(streams: CharStreams, recipe: Recipe, options: dict, d_hidden: int | None = None) -> GPTConfig:
@@ -172,12 +174,16 @@ def ablation_variants(num_heads: int) -> dict[str, dict]:
 
 
 def compare_variants(streams: CharStreams, recipe: Recipe, variants: dict[str, dict],
-                     seeds=(0, 1, 2)) -> dict[str, dict]:
+                     seeds=(0, 1, 2), done: dict | None = None) -> dict[str, dict]:
     """Each variant trained once per seed at the 2017 block's parameter count (feed-forward width
-    matched); per variant: ``summarize`` of its runs."""
+    matched); per variant: ``summarize`` of its runs. Variants named in ``done`` (results of the
+    same recipe and seeds) are taken from it, not trained again."""
     target = count_parameters(GPT(model_config(streams, recipe, {})))
     results = {}
     for name, options in variants.items():
+        if done and name in done:
+            results[name] = done[name]
+            continue
         hidden = matched_hidden(streams, recipe, options, target)
         runs = [train_variant(streams, recipe, options, seed, hidden) for seed in seeds]
         results[name] = summarize(runs, options, hidden)
@@ -239,17 +245,45 @@ def per_position_bits(model: GPT, all_windows: Tensor, batch_size: int = 256) ->
     return total / len(all_windows) / math.log(2)
 
 
+def shifted_windows(stream: Tensor, length: int, count: int, step: int) -> Tensor:
+    """``(S · count, length + 1)``: ``count`` consecutive windows of a ring (the stream's first
+    ``count · length`` characters, the last followed by the first), read from each start
+    0, step, 2·step, ... below ``length``. Every character of the ring is a target
+    once per start, so with ``step`` dividing ``length`` each position block of ``step`` holds
+    every character exactly once: spans made of whole blocks score the same characters."""
+    n = count * length
+    if step < 1 or length % step or count < 1 or stream.numel() < n:
+        raise ValueError(f"need a step dividing length={length} and {n} characters, "
+                         f"got step={step!r} and {stream.numel()}")
+    ring = stream[:n]  # (n,)
+    offsets = torch.arange(0, length, step)[:, None, None] + torch.arange(count)[None, :, None] * length
+    index = (offsets + torch.arange(length + 1)) % n  # (S, count, length + 1)
+    return ring[index].reshape(-1, length + 1)
+
+
+def profile_windows(streams: CharStreams, recipe: Recipe, factor: int = 4, shifted: bool = True) -> Tensor:
+    """Validation windows ``(W, factor · length + 1)`` for per-position losses: with ``shifted``,
+    read from every start that is a multiple of length / 2 (``shifted_windows``), so each span of
+    whole half-lengths scores the same characters; else one window per start, as ``windows``."""
+    length = factor * recipe.length
+    count = (streams.valid.numel() - 1) // length
+    count = count if recipe.valid_windows is None else min(count, max(recipe.valid_windows // factor, 1))
+    step = max(recipe.length // 2, 1) if shifted else length
+    return shifted_windows(streams.valid, length, count, step)
+
+
 def position_profiles(models: list[GPT], streams: CharStreams, recipe: Recipe, factor: int = 4) -> list[list[float]]:
-    """Per seed, ``per_position_bits`` on validation windows of factor · length."""
-    valid = windows(streams.valid, factor * recipe.length)
-    valid = valid if recipe.valid_windows is None else valid[:max(recipe.valid_windows // factor, 1)]
+    """Per seed, ``per_position_bits`` on ``profile_windows`` (shifted starts): spans of whole
+    half-lengths score the same characters, so they differ by position (and context) only."""
+    valid = profile_windows(streams, recipe, factor)
     return [per_position_bits(m, valid).tolist() for m in models]
 
 
 def beyond_training_length(result: dict, length: int) -> dict[str, dict]:
-    """From ``result["per_position"]``: the mean bits at positions L..2L-1 and at 2L..4L-1, each
-    paired by seed (``paired``) against positions L/2..L-1 (inside the training length, with
-    long contexts already); 'worse' means the loss rises beyond L."""
+    """From ``result["per_position"]`` (``position_profiles``: every span scores the same
+    characters): the mean bits at positions L..2L-1 and at 2L..4L-1, each paired by seed
+    (``paired``) against positions L/2..L-1 (inside the training length, with long contexts
+    already); 'worse' means the loss rises beyond L."""
     inside = span_bits(result, length // 2, length)
     return {"L..2L": paired(span_bits(result, length, 2 * length), inside),
             "2L..4L": paired(span_bits(result, 2 * length, 4 * length), inside)}
@@ -332,40 +366,46 @@ def kv_head_study(streams: CharStreams, recipe: Recipe, seeds=(0, 1, 2), ablatio
     return {kv: fresh[kv] if kv in fresh else ablation[reused[kv]] for kv in counts}
 
 
-def lr_sweep(streams: CharStreams, recipe: Recipe, names: tuple[str, ...], ablation: dict,
-             seeds=(0, 1, 2), factors=RATE_FACTORS) -> dict[float, dict]:
-    """The ablation's variants ``names`` at each rate factor · ``recipe.lr`` (equal parameters,
-    the same seeds); the ablation's own runs are reused at factor 1."""
+def lr_sweep(streams: CharStreams, recipe: Recipe, variants: dict[str, dict], seeds=(0, 1, 2),
+             factors=RATE_FACTORS) -> dict[float, dict]:
+    """``variants`` (name: ``GPTConfig`` options) trained at each rate factor · ``recipe.lr``
+    (equal parameters, the same seeds): {rate: {name: ``summarize``}}."""
     sweep = {}
     for factor in factors:
-        rate = float(f"{recipe.lr * factor:.3g}")  # 1e-3, not 0.0010000000000000002
-        variants = {name: ablation[name]["options"] for name in names}
-        sweep[rate] = ({name: ablation[name] for name in names} if factor == 1 else
-                       compare_variants(streams, replace(recipe, lr=rate), variants, seeds))
+        rate = float(f"{recipe.lr * factor:.3g}")  # 9e-3, not 0.009000000000000001
+        sweep[rate] = compare_variants(streams, replace(recipe, lr=rate), variants, seeds)
     return sweep
 
 
+def best_rate(sweep: dict[float, dict], name: str) -> float:
+    """The rate of ``sweep`` at which ``name``'s mean validation bits are lowest."""
+    return min(sweep, key=lambda rate: sweep[rate][name]["mean"])
+
+
 def lr_table(sweep: dict[float, dict], a: str, b: str) -> str:
-    """One line per rate: ``a`` and ``b``'s bits (mean ± sd), ``b`` minus ``a`` paired by seed."""
-    lines = [f"{'lr':<8}{a:>15}{b:>15}{'difference':>15}{'95% interval':>18}  verdict"]
+    """One line per rate: ``a`` and ``b``'s bits (mean ± sd), ``b`` minus ``a`` paired by seed
+    (mean, 95% interval, verdict); at most 72 characters wide."""
+    lines = [f"{'lr':<8}{a:>14}{b:>14}{'b - a':>8}{'95% interval':>18}  verdict",
+             f"{'':<8}{'(a)':>14}{'(b)':>14}"]
     for rate, r in sweep.items():
         p = paired(r[b], r[a])
         interval = f"[{p['low']:+.3f}, {p['high']:+.3f}]"
-        lines.append(f"{rate:<8.1e}{mean_sd(r[a]['bits']):>15}{mean_sd(r[b]['bits']):>15}"
-                     f"{p['mean']:>+8.3f} ± {p['sd']:.3f}{interval:>18}  {p['verdict']}")
+        lines.append(f"{rate:<8.1e}{mean_sd(r[a]['bits']):>14}{mean_sd(r[b]['bits']):>14}"
+                     f"{p['mean']:>+8.3f}{interval:>18}  {p['verdict']}")
     return "\n".join(lines)
 
 
 def qk_norm_study(streams: CharStreams, recipe: Recipe, seeds=(0, 1, 2),
-                  factor: float = HIGH_RATE_FACTOR) -> dict[str, dict]:
+                  factor: float = HIGH_RATE_FACTOR, done: dict | None = None) -> dict[str, dict]:
     """The 2017 block without and with QK-norm at factor · ``recipe.lr``; each result gains
-    ``max_logit``, per seed the largest attention logit on 16 validation windows."""
-    high = replace(recipe, lr=recipe.lr * factor)
-    results = compare_variants(streams, high, {"2017 block": {}, "QK-norm": dict(qk_norm=True)}, seeds)
+    ``max_logit``, per seed the largest attention logit on 16 validation windows. ``done``: runs
+    at that rate to reuse (``compare_variants``), such as the sweep's 2017 block."""
+    high = replace(recipe, lr=float(f"{recipe.lr * factor:.3g}"))
+    variants = {"2017 block": {}, "QK-norm": dict(qk_norm=True)}
+    results = compare_variants(streams, high, variants, seeds, done)
     tokens = windows(streams.valid, recipe.length)[:16, :-1]  # (16, length)
-    for r in results.values():
-        r["max_logit"] = [max_attention_logit(m, tokens) for m in r["models"]]
-    return results
+    return {name: {**r, "max_logit": [max_attention_logit(m, tokens) for m in r["models"]]}
+            for name, r in results.items()}
 
 
 def time_fused_path(model: GPT, batch: int, length: int, pairs: int = 20) -> Comparison:
@@ -404,20 +444,36 @@ def difference(result: dict, base: dict) -> str:
     return f"{word} ({p['mean']:+.3f} ± {p['sd']:.3f}, 95% CI [{p['low']:+.3f}, {p['high']:+.3f}])"
 
 
+def holm_verdicts(results: dict, base: str | None = None, alpha: float = 0.05) -> dict[str, dict]:
+    """Each variant but ``base`` (default: the first) against it, paired by seed: ``paired``'s
+    mean, sd and 95% interval, the t-test's p-value, its Holm adjustment over all these
+    comparisons (``xfl.seeds.holm``) and the verdict from it: better or worse only when the
+    adjusted p is below ``alpha``, otherwise unclear."""
+    base = base if base is not None else next(iter(results))
+    pairs = {name: paired(r, results[base]) for name, r in results.items() if name != base}
+    p = {name: paired_p_value(results[name]["bits"], results[base]["bits"]) for name in pairs}
+    adjusted = dict(zip(p, holm(list(p.values()))))
+    return {name: {**d, "p": p[name], "p_holm": adjusted[name],
+                   "verdict": ("unclear" if adjusted[name] >= alpha else "worse" if d["mean"] > 0 else "better")}
+            for name, d in pairs.items()}
+
+
 def table(results: dict, base: str | None = None) -> str:
     """One line per variant: validation bits per character (mean ± sd over seeds) and the paired
-    difference from ``base`` (default: the first): mean ± sd, 95% interval, verdict."""
-    base = base or next(iter(results))
-    lines = [f"{'vs ' + str(base):<16}{'bits/char':>14}{'difference':>16}{'95% interval':>18}  verdict"]
+    difference from ``base`` (default: the first): mean, 95% interval, Holm-adjusted p and the
+    verdict from it (``holm_verdicts``); at most 72 characters wide."""
+    base = base if base is not None else next(iter(results))
+    verdicts = holm_verdicts(results, base)
+    lines = [f"{'vs ' + str(base):<16}{'bits/char':>14}{'diff.':>8}{'95% interval':>17}{'Holm p':>8}  verdict"]
     for name, r in results.items():
         row = f"{str(name):<16}{mean_sd(r['bits']):>14}"
         if name != base:
-            p = paired(r, results[base])
-            row += (f"{p['mean']:>+9.3f} ± {p['sd']:.3f}"
-                    f"{'[' + format(p['low'], '+.3f') + ', ' + format(p['high'], '+.3f') + ']':>18}"
-                    f"  {p['verdict']}")
+            v = verdicts[name]
+            row += (f"{v['mean']:>+8.3f}{'[' + format(v['low'], '+.3f') + ', ' + format(v['high'], '+.3f') + ']':>17}"
+                    f"{v['p_holm']:>8.3f}  {v['verdict']}")
         lines.append(row)
-    return "\n".join(lines + ["unclear: no clear difference (the 95% interval covers 0)"])
+    return "\n".join(lines + ["interval: 95%, each row alone; verdict: Holm-adjusted p < 0.05",
+                              f"over the {len(verdicts)} comparisons, else unclear (no clear difference)"])
 
 
 def size_table(results: dict, base: str | None = None) -> str:
@@ -430,3 +486,12 @@ def size_table(results: dict, base: str | None = None) -> str:
         lines.append(f"{str(name):<16}{r['params']:>8,}{r['d_hidden']:>5}{r['tokens_per_s']:>10,.0f}"
                      f"{share:>9.0%}{r['cache_bytes_per_token']:>13,.0f}")
     return "\n".join(lines)
+
+
+def extrapolation_lines(beyond: dict[str, dict]) -> list[str]:
+    """Per position code, by name (``none`` as 'no-position model'), the verdict of each span of
+    ``beyond_training_length``: rises, falls or no clear change against positions L/2..L-1."""
+    words = {"worse": "rises", "better": "falls", "unclear": "no clear change"}
+    return [f"{'no-position model' if name == 'none' else name}: "
+            + "; ".join(f"{span} {words[p['verdict']]}" for span, p in spans.items())
+            for name, spans in beyond.items()]
