@@ -22,7 +22,7 @@ from xfl.data.text import EOS, PAD, SOS
 from xfl import train as T
 from xfl.checkpoint import LastWeights, load_checkpoint
 from xfl.decode import greedy_decode
-from xfl.train import TrainConfig, inverse_sqrt_factor, seq2seq_loss, train
+from xfl.train import TrainConfig, inverse_sqrt_factor, ramp_factor, seq2seq_loss, train
 
 HERE = Path(__file__).parent
 
@@ -35,6 +35,17 @@ def test_inverse_sqrt_schedule():
     assert inverse_sqrt_factor(123, 0) == 1.0  # no warm-up: constant
     with pytest.raises(ValueError, match="warmup"):
         inverse_sqrt_factor(0, -1)
+
+
+def test_ramp_schedule_is_the_warm_up_without_the_decay():
+    """Chapter 5's control: inverse_sqrt's ramp, then the peak rate kept (no 1/sqrt decay)."""
+    ramp = [TrainConfig(lr=2.0, schedule="ramp", warmup=4).lr_at(step, 0.0) for step in range(20)]
+    decay = [TrainConfig(lr=2.0, warmup=4).lr_at(step, 0.0) for step in range(20)]
+    assert ramp[:4] == decay[:4] == [0.5, 1.0, 1.5, 2.0]
+    assert ramp[4:] == [2.0] * 16 and decay[15] == pytest.approx(1.0)  # inverse_sqrt halves by step 16
+    assert TrainConfig(lr=2.0, schedule="ramp", warmup=0).lr_at(7, 0.0) == 2.0
+    with pytest.raises(ValueError, match="warmup"):
+        ramp_factor(0, -1)
 
 
 def test_padding_carries_no_loss():

@@ -123,28 +123,42 @@ def namespace(shared: list[str], questions: list[Question]) -> dict:
     return ns
 
 
-def results(question: Question, ns: dict, answer: str | None = None) -> list[tuple[bool, bool]]:
+def results(question: Question, ns: dict, answer: str | None = None,
+            chapter: str | None = None) -> list[tuple[bool, bool]]:
     """(hidden, passed) per test case of ``question`` against ``ns``, with ``answer`` (an
-    answer cell's source) run in a copy of it first; as the grader passes them, only callables."""
+    answer cell's source) run in a copy of it first; as the grader passes them, only callables.
+    With ``chapter``, each call runs as the grader's student process runs it: the library's
+    answers to the question blocked (``tools.grading.library_answers``)."""
     from otter.test_files import ExceptionTestFile
+
+    from tools.grading.library_answers import blocked_names
 
     ns = dict(ns)
     if answer is not None:
         exec(compile(answer, f"<answer to {question.name}>", "exec"), ns)
-    env = {k: over_the_wire(v) for k, v in ns.items() if callable(v) and not k.startswith("_")}
+    library = blocked_names(chapter).get(question.name, []) if chapter else []
+    env = {k: over_the_wire(v, library) for k, v in ns.items() if callable(v) and not k.startswith("_")}
     tests = ExceptionTestFile.from_string(otter_test_file(question), path=f"{question.name}.py")
     tests.run(env)
     return [(r.test_case.hidden, r.passed) for r in tests.test_case_results]
 
 
-def over_the_wire(fn):
+def over_the_wire(fn, library: list[str] = ()):
     """``fn`` as the grader calls it: arguments and result cross as plain data
-    (``tools.grading.wire``), so a test that passes what the grader cannot send fails here too."""
+    (``tools.grading.wire``), so a test that passes what the grader cannot send fails here too;
+    the ``library`` names are blocked during the call, and a call of one fails it even if the
+    answer caught the error, as in the grader (``tools.grading.worker.blocked``)."""
+    from tools.grading import worker
     from tools.grading.wire import from_plain, to_plain
 
     def call(*args, **kwargs):
         args, kwargs = from_plain(to_plain(list(args))), from_plain(to_plain(kwargs))
-        return from_plain(to_plain(fn(*args, **kwargs)))
+        worker.CALLED.clear()
+        with worker.blocked(list(library)):
+            result = fn(*args, **kwargs)
+        if worker.CALLED:
+            raise worker.LibraryAnswer(f"called {sorted(set(worker.CALLED))}, the library's answer")
+        return from_plain(to_plain(result))
 
     call.__name__ = getattr(fn, "__name__", "answer")
     return call
@@ -231,7 +245,7 @@ def test_solutions_pass_every_case(chapter):
     name, questions, ns, _ = chapter
     for q in questions:
         assert q.tests and q.functions(), f"{name} {q.name}: no tests or no answer function"
-        outcome = results(q, ns)
+        outcome = results(q, ns, chapter=name)  # the library blocked, as the grader runs it
         assert all(passed for _, passed in outcome), f"{name} {q.name}: the solution fails {outcome}"
 
 
@@ -248,7 +262,7 @@ def test_wrong_answers_fail_every_hidden_case(chapter):
     name, questions, ns, wrong = chapter
     for q in questions:
         for mistake, answer in wrong.get(q.name, {}).items():
-            hidden = [passed for is_hidden, passed in results(q, ns, answer) if is_hidden]
+            hidden = [passed for is_hidden, passed in results(q, ns, answer, chapter=name) if is_hidden]
             assert hidden and not any(hidden), \
                 f"{name} {q.name}: {mistake!r} passes hidden cases {hidden}, expected none"
 

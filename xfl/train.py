@@ -112,7 +112,16 @@ def warmup_cosine(progress: float, warmup: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * (progress - warmup) / (1.0 - warmup)))
 
 
-SCHEDULES = ("inverse_sqrt", "cosine")
+def ramp_factor(step: int, warmup: int) -> float:
+    """Multiplier at optimizer step ``step`` (0-based): the same linear rise as
+    ``inverse_sqrt_factor`` over ``warmup`` steps, then a constant 1 (no decay); ``warmup == 0``
+    gives a constant 1. Chapter 5's control that separates the ramp from the decay."""
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    return 1.0 if warmup == 0 else min((step + 1) / warmup, 1.0)
+
+
+SCHEDULES = ("inverse_sqrt", "cosine", "ramp")
 
 
 # ----------------------------------------------------------------------------------------- config
@@ -123,8 +132,9 @@ class TrainConfig:
     steps: int | None = 1000  # stop after this many optimizer steps (None: no step limit) ...
     max_seconds: float | None = None  # ... or this much training time, whichever comes first
     lr: float = 5e-4  # peak learning rate
-    schedule: str = "inverse_sqrt"  # or "cosine" (decays to 0 when steps or max_seconds run out)
-    warmup: int = 400  # inverse_sqrt: warm-up steps (0 = constant lr)
+    schedule: str = "inverse_sqrt"  # or "cosine" (decays to 0 when steps or max_seconds run out),
+    #                                 or "ramp" (inverse_sqrt's warm-up, then constant)
+    warmup: int = 400  # inverse_sqrt and ramp: warm-up steps (0 = constant lr)
     warmup_fraction: float = 0.05  # cosine: the fraction of the run spent warming up ...
     warmup_steps: int = 0  # ... or, when > 0, this many steps (a clock-based warm-up can elapse
     #                        while a GPU compiles; steps cannot)
@@ -163,6 +173,8 @@ class TrainConfig:
         """The learning rate of optimizer step ``step`` (0-based), ``seconds`` into the run."""
         if self.schedule == "inverse_sqrt":
             return self.lr * inverse_sqrt_factor(step, self.warmup)
+        if self.schedule == "ramp":
+            return self.lr * ramp_factor(step, self.warmup)
         progress = self.progress_at(step, seconds)
         if self.warmup_steps:
             return self.lr * min((step + 1) / self.warmup_steps, 1.0) * warmup_cosine(progress, 0.0)

@@ -93,5 +93,59 @@ def label_smoothed_loss(logits, targets, smoothing, pad_id=0):
             unbiased=False, gamma=" * gamma", body="g - g.mean(-1, keepdim=True)"),
         "forgets gamma": BACKWARD.format(unbiased=False, gamma="", body=FULL),
         "the unbiased variance": BACKWARD.format(unbiased=True, gamma=" * gamma", body=FULL),
+        # what the question forbids (review of issue 66, point 5): each gave the exact gradient
+        "autograd by hand: F.layer_norm's grad_fn called on grad_out": '''
+def layer_norm_backward(x, gamma, grad_out, eps=1e-5):
+    y = torch.nn.functional.layer_norm(x.clone().requires_grad_(), x.shape[-1:], gamma, None, eps)
+    return y.grad_fn(grad_out)[0]
+''',
+        "the library's backward op: torch.ops.aten.native_layer_norm_backward": '''
+def layer_norm_backward(x, gamma, grad_out, eps=1e-5):
+    shape = list(x.shape[-1:])
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, shape, gamma, None, eps)
+    return torch.ops.aten.native_layer_norm_backward(grad_out, x, shape, mean, rstd, gamma, None,
+                                                     [True, False, False])[0]
+''',
+        "forward-mode autograd: torch.func.jacfwd of F.layer_norm": '''
+def layer_norm_backward(x, gamma, grad_out, eps=1e-5):
+    rows, grads = x.reshape(-1, x.shape[-1]), grad_out.reshape(-1, x.shape[-1])
+    norm = lambda row: torch.nn.functional.layer_norm(row, row.shape, gamma, None, eps)
+    return torch.stack([torch.func.jacfwd(norm)(r).T @ g for r, g in zip(rows, grads)]).reshape(x.shape)
+''',
+        "no derivation: central finite differences in float64": '''
+def layer_norm_backward(x, gamma, grad_out, eps=1e-5):
+    def norm(z):  # (..., M) -> (..., M): question 1's LayerNorm times gamma
+        mean = z.mean(-1, keepdim=True)
+        return (z - mean) / torch.sqrt(((z - mean) ** 2).mean(-1, keepdim=True) + eps) * gamma
+    h = 1e-6 * x.abs().amax(-1, keepdim=True).clamp(min=1.0)[..., None]  # (..., 1, 1)
+    step = torch.eye(x.shape[-1], dtype=x.dtype) * h  # (..., M, M): row j moves x_j
+    dy = (norm(x[..., None, :] + step) - norm(x[..., None, :] - step)) / (2 * h)  # (..., j, M)
+    return (dy * grad_out[..., None, :]).sum(-1)
+''',
+        "no derivation: the complex-step derivative, exact to rounding": '''
+def layer_norm_backward(x, gamma, grad_out, eps=1e-5):
+    def norm(z):  # question 1's LayerNorm times gamma, written so that it accepts complex z
+        mean = z.mean(-1, keepdim=True)
+        return (z - mean) / torch.sqrt(((z - mean) ** 2).mean(-1, keepdim=True) + eps) * gamma
+    h = 1e-30
+    z = x[..., None, :].to(torch.complex128) + 1j * h * torch.eye(x.shape[-1], dtype=torch.complex128)
+    return (norm(z).imag / h * grad_out[..., None, :]).sum(-1)  # (..., j, M) -> (..., j)
+''',
+    },
+}
+
+RIGHT_ANSWERS: dict[str, dict[str, str]] = {  # correct by another route: they earn every point
+    "q5": {
+        "the chain rule staged through the variance and the mean": '''
+def layer_norm_backward(x, gamma, grad_out, eps=1e-5):
+    m = x.shape[-1]
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    inv = 1.0 / torch.sqrt(var + eps)  # (..., 1)
+    dx_hat = grad_out * gamma  # (..., M)
+    dvar = (dx_hat * (x - mu)).sum(-1, keepdim=True) * -0.5 * inv ** 3
+    dmu = -(dx_hat * inv).sum(-1, keepdim=True) - 2.0 * dvar * (x - mu).mean(-1, keepdim=True)
+    return dx_hat * inv + dvar * 2.0 * (x - mu) / m + dmu / m
+''',
     },
 }

@@ -8,12 +8,16 @@
   no such answer;
 - then the other library functions that must not be called while the question's calls run. In
   the student's process they all raise (``tools.grading.worker.blocked``), so calling them scores zero.
+  ``NO_AUTOGRAD`` there is not a function: it refuses autograd as a whole
+  (``tools.grading.worker.autograd_refused``).
 
 The tests build a "calls the library" submission from every first entry and check both halves:
 zero with the library blocked, full marks with it let through (so the entry really answers it).
 """
 
 from __future__ import annotations
+
+from tools.grading.worker import NO_AUTOGRAD
 
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
 MHA_FORWARD = ("lambda x, w_in, w_out, h: torch.nn.functional.multi_head_attention_forward(*[x.transpose(0, 1)] * 3, "
@@ -64,8 +68,12 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
             "lambda logits, targets, smoothing, pad_id=0: torch.nn.functional.cross_entropy(logits.flatten(0, -2), "
             "targets.flatten(), ignore_index=pad_id, label_smoothing=smoothing)",
             CROSS_ENTROPY, "torch.nn.CrossEntropyLoss.forward"]},
+        # q5 asks for a gradient without autograd: NO_AUTOGRAD refuses any tensor that requires
+        # grad, any *_backward op (y.grad_fn(...), torch.ops.aten.native_layer_norm_backward) and
+        # forward-mode duals (torch.func.jacfwd makes them with make_dual)
         "q5": {"layer_norm_backward": [None, "torch.autograd.grad", "torch.autograd.backward",
-                                       "torch.Tensor.backward"]},
+                                       "torch.Tensor.backward", "torch.autograd.forward_ad.make_dual",
+                                       NO_AUTOGRAD]},
     },
     "ch06_bleu": {
         "q1": {"ngram_counts": ["xfl.bleu.ngram_counts"]},

@@ -26,7 +26,7 @@ import os
 import signal
 import sys
 import types
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from tools.grading import magics
@@ -89,14 +89,44 @@ def _blocker_code(fn: types.FunctionType, dotted: str) -> types.CodeType:
     return namespace[fn.__name__].__code__
 
 
+NO_AUTOGRAD = "autograd"  # in a question's list: no autograd at all while its calls run
+
+
+@contextmanager
+def autograd_refused():
+    """Within the block, a torch operation given a tensor that requires grad, a forward-mode
+    dual operation, a derivative formula (an ATen ``*_backward`` op, as ``y.grad_fn(...)``
+    or ``torch.ops.aten`` runs one) or a complex tensor (the complex-step derivative) calls
+    ``library_called``: seen by a ``TorchDispatchMode``, so no name the answer uses can hide
+    it. For questions that ask for a gradient "without autograd" (their list in
+    ``tools.grading.library_answers`` holds ``NO_AUTOGRAD``)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Refuse(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            op = str(func)  # 'aten.native_layer_norm_backward.default', ...
+            tensors = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)]
+            if "backward" in op or "dual" in op or any(t.requires_grad for t in tensors):
+                library_called(f"autograd ({op})")
+            if any(t.is_complex() for t in tensors):
+                library_called(f"a complex-step derivative ({op} on a complex tensor)")
+            return func(*args, **(kwargs or {}))
+
+    with Refuse():
+        yield
+
+
 @contextmanager
 def blocked(names: list[str]):
     """Within the block, each named library function raises ``LibraryAnswer`` when called.
     Python functions get a new ``__code__`` (which also blocks references taken earlier);
     others (builtins, functions with closures) are replaced on their module or class, and a
-    call through a reference taken earlier is still recorded (by a profiler) as a library call."""
+    call through a reference taken earlier is still recorded (by a profiler) as a library call.
+    ``NO_AUTOGRAD`` among the names refuses autograd as a whole (``autograd_refused``)."""
     undo, watched = [], {}
-    for dotted in names:
+    for dotted in (n for n in names if n != NO_AUTOGRAD):
         owner, attr, value = resolve(dotted)
         if isinstance(value, types.FunctionType) and not value.__code__.co_freevars:
             undo.append((value, "__code__", value.__code__))
@@ -111,7 +141,8 @@ def blocked(names: list[str]):
     if watched:
         sys.setprofile(_recorder(watched))
     try:
-        yield
+        with autograd_refused() if NO_AUTOGRAD in names else nullcontext():
+            yield
     finally:
         sys.setprofile(previous)
         for target, attr, value in reversed(undo):
