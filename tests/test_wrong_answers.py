@@ -160,7 +160,16 @@ def over_the_wire(fn, library: list[str] = ()):
             raise worker.LibraryAnswer(f"called {sorted(set(worker.CALLED))}, the library's answer")
         return from_plain(to_plain(result))
 
+    def largest_tensor(*args, **kwargs):  # as the grader's Proxy.largest_tensor: measured around the call only
+        from tools.grading.worker import largest_tensor as spy_on
+
+        args, kwargs = from_plain(to_plain(list(args))), from_plain(to_plain(kwargs))
+        with spy_on() as spy:
+            value = fn(*args, **kwargs)
+        return from_plain(to_plain(value)), spy["numel"]
+
     call.__name__ = getattr(fn, "__name__", "answer")
+    call.largest_tensor = largest_tensor
     return call
 
 
@@ -265,6 +274,26 @@ def test_wrong_answers_fail_every_hidden_case(chapter):
             hidden = [passed for is_hidden, passed in results(q, ns, answer, chapter=name) if is_hidden]
             assert hidden and not any(hidden), \
                 f"{name} {q.name}: {mistake!r} passes hidden cases {hidden}, expected none"
+
+
+def right_answers(chapter: str) -> dict[str, dict[str, str]]:
+    """A chapter's ``RIGHT_ANSWERS`` (answers by another method than the solution's), or none."""
+    spec = importlib.util.spec_from_file_location(f"right_answers_{chapter}", FIXTURES / f"{chapter}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, "RIGHT_ANSWERS", {})
+
+
+def test_right_answers_pass_every_case(chapter):
+    """A correct answer by another method than the solution's (the one a question describes, say)
+    earns every point: the tests check what the question asks, not the solution's way."""
+    name, questions, ns, _ = chapter
+    right = right_answers(name)
+    assert set(right) <= {q.name for q in questions}, f"{name}: right answers for {sorted(right)}, not questions"
+    for q in (q for q in questions if q.name in right):
+        for method, answer in right[q.name].items():
+            outcome = results(q, ns, answer)
+            assert outcome and all(passed for _, passed in outcome), f"{name} {q.name}: {method!r} fails {outcome}"
 
 
 def test_library_answers_pass_every_case(chapter):

@@ -48,58 +48,57 @@ def dropout_attention_grads(q, k, v, p, seed, grad_out):
 
 _KERNEL_HEAD = '''
 @triton.jit
-def flash_forward_kernel(Q, K, V, O, LSE, L_q, L_k, scale,
-                         IS_CAUSAL: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr):
-    qb, bh = tl.program_id(0), tl.program_id(1)
-    rows = qb * BLOCK + tl.arange(0, BLOCK)
-    cols = tl.arange(0, BLOCK)
-    feats = tl.arange(0, D)
-    q = tl.load(Q + bh * L_q * D + rows[:, None] * D + feats[None, :], mask=rows[:, None] < L_q, other=0.0)
-    k_ptrs = K + bh * L_k * D + cols[:, None] * D + feats[None, :]
-    v_ptrs = V + bh * L_k * D + cols[:, None] * D + feats[None, :]
-    m = tl.full([BLOCK], float("-inf"), tl.float32)
-    l = tl.full([BLOCK], 0.0, tl.float32)
-    acc = tl.full([BLOCK, D], 0.0, tl.float32)
+def decode_split_kernel(Q, K, V, LENGTHS, M, L, ACC, L_k, scale,
+                        CHUNK: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr):
+    split = tl.program_id(axis=0)
+    bh = tl.program_id(axis=1)
+    dims = tl.arange(0, D)  # (D,)
+    offsets = tl.arange(0, BLOCK)[:, None] * D + dims[None, :]  # (BLOCK, D): a block of keys, from its first
+    head_keys, head_values = K + bh * L_k * D, V + bh * L_k * D
+    query = tl.load(Q + bh * D + dims) * scale  # (D,), scaled once
+    n_real = tl.load(LENGTHS + bh)  # keys from n_real on are padding: never read them
+    l, acc = tl.zeros([], tl.float32), tl.zeros([D], tl.float32)  # the chunk's partial result so far:
+    m = l - float("inf")  # nothing seen
 '''
 
-_KERNEL_TAIL = '''    tl.store(O + bh * L_q * D + rows[:, None] * D + feats[None, :], acc / l[:, None], mask=rows[:, None] < L_q)
-    tl.store(LSE + bh * L_q + rows, m + tl.log(l), mask=rows < L_q)
+_KERNEL_TAIL = '''    part = bh * tl.num_programs(0) + split  # this split's row of M, L and ACC
+    tl.store(M + part, m)
+    tl.store(L + part, l)
+    tl.store(ACC + part * D + dims, acc)
 
 
-def flash_forward(q, k, v, is_causal):
+def decode_partials(q, k, v, lengths, chunk):
+    \"\"\"(m, l, acc) of every split of every head: q (BH, d), k and v (BH, L_k, d) float32 on the CPU,
+    lengths (BH,) ints; splits of `chunk` keys (a multiple of 16), blocks of 16 inside them.\"\"\"
     q, k, v = (x.contiguous() for x in (q, k, v))
-    out = torch.empty_like(q)
-    lse = torch.empty(q.shape[:2], dtype=torch.float32)
-    grid = (triton.cdiv(q.shape[1], 16), q.shape[0])
-    flash_forward_kernel[grid](q, k, v, out, lse, q.shape[1], k.shape[1], 1 / math.sqrt(q.shape[-1]),
-                               IS_CAUSAL=bool(is_causal), BLOCK=16, D=q.shape[-1])
-    return out, lse
+    bh, L_k, d = k.shape
+    n_splits = triton.cdiv(L_k, chunk)
+    m, l = torch.empty(bh, n_splits), torch.empty(bh, n_splits)
+    acc = torch.empty(bh, n_splits, d)
+    decode_split_kernel[(n_splits, bh)](q, k, v, torch.as_tensor(lengths, dtype=torch.int32), m, l, acc, L_k,
+                                        1 / math.sqrt(d), CHUNK=chunk, BLOCK=16, D=d)
+    return m, l, acc'''
+
+_RANGE = '''    begin = CHUNK * split
+    stop = tl.minimum(begin + CHUNK, n_real)
+    for block in range(0, tl.cdiv(stop - begin, BLOCK)):
+        first = begin + block * BLOCK
+        real = first + tl.arange(0, BLOCK) < stop
 '''
 
-_LOADS = '''        keys = start + cols
-        k = tl.load(k_ptrs + start * D, mask=keys[:, None] < L_k, other=0.0)
-        v = tl.load(v_ptrs + start * D, mask=keys[:, None] < L_k, other=0.0)
+_LOADS = '''        keys = tl.load(head_keys + first * D + offsets, mask=real[:, None], other=0.0)
+        values = tl.load(head_values + first * D + offsets, mask=real[:, None], other=0.0)
 '''
 
-_MASKED = '''        allowed = keys[None, :] < L_k
-        if IS_CAUSAL:
-            allowed = allowed & (keys[None, :] <= rows[:, None])
-        s = tl.where(allowed, s, float("-inf"))
+_SCORES = '''        scores = tl.where(real, tl.sum(keys * query[None, :], axis=1), float("-inf"))
 '''
 
-_ONLINE = '''        m_new = tl.maximum(m, tl.max(s, axis=1))
-        shrink = tl.exp(m - m_new)
-        p = tl.exp(s - m_new[:, None])
-        l = l * shrink + tl.sum(p, axis=1)
-        acc = acc * shrink[:, None] + tl.dot(p, v, input_precision="ieee")
-        m = m_new
-'''
-
-_SCORES = '''        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
-'''
-
-_ALL_BLOCKS = '''    end = tl.minimum(L_k, (qb + 1) * BLOCK) if IS_CAUSAL else L_k
-    for start in range(0, end, BLOCK):
+_ONLINE = '''        m_block = tl.max(scores, axis=0)
+        weights = tl.exp(scores - m_block)
+        l_block, acc_block = tl.sum(weights, axis=0), tl.sum(weights[:, None] * values, axis=0)
+        m_both = tl.maximum(m, m_block)
+        old, new = tl.exp(m - m_both), tl.exp(m_block - m_both)
+        m, l, acc = m_both, old * l + new * l_block, old * acc + new * acc_block
 '''
 
 
@@ -141,6 +140,31 @@ def tiled_attention(q, k, v, block):
         outs.append(acc / l[..., None])
     return torch.cat(outs, dim=-2)
 ''',
+        "the whole L_q x L_k matrix: the softmax the question forbids": '''
+def tiled_attention(q, k, v, block):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+''',
+        "tiles only the queries: a strip of block queries against every key": '''
+def tiled_attention(q, k, v, block):
+    q = q / math.sqrt(q.shape[-1])
+    return torch.cat([torch.softmax(q[..., qs:qs + block, :] @ k.transpose(-2, -1), dim=-1) @ v
+                      for qs in range(0, q.shape[-2], block)], dim=-2)
+''',
+        "tiles the keys only: all queries against a block of keys, with running statistics": '''
+def tiled_attention(q, k, v, block):
+    q = q / math.sqrt(q.shape[-1])
+    m = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1], dtype=q.dtype)
+    acc = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    for ks in range(0, k.shape[-2], block):
+        s = q @ k[..., ks:ks + block, :].transpose(-2, -1)
+        m_new = torch.maximum(m, s.amax(-1))
+        p, shrink = torch.exp(s - m_new[..., None]), torch.exp(m - m_new)
+        l = shrink * l + p.sum(-1)
+        acc = shrink[..., None] * acc + p @ v[..., ks:ks + block, :]
+        m = m_new
+    return acc / l[..., None]
+''',
         "averages the tiles' own softmax outputs": '''
 def tiled_attention(q, k, v, block):
     q = q / math.sqrt(q.shape[-1])
@@ -168,6 +192,14 @@ def causal_tiles(L_q, L_k, block_q, block_k):
         computed += min(n_k, qs // block_k + 1)
     return computed, -(-L_q // block_q) * n_k - computed
 ''',
+        "the last query block not capped at L_q: its last query taken as qs + block_q - 1": '''
+def causal_tiles(L_q, L_k, block_q, block_k):
+    n_k = -(-L_k // block_k)
+    computed = 0
+    for qs in range(0, L_q, block_q):
+        computed += min(n_k, (qs + block_q - 1) // block_k + 1)
+    return computed, -(-L_q // block_q) * n_k - computed
+''',
         "floor instead of ceiling: a last partial block is not counted": '''
 def causal_tiles(L_q, L_k, block_q, block_k):
     n_k = L_k // block_k
@@ -191,6 +223,27 @@ def explicit_peak_bytes(B, H, L, element_size):
 
 def longest_sequence(budget_bytes, B, H, element_size):
     return math.ceil(math.sqrt(budget_bytes / (2 * B * H * element_size)))
+''',
+        "a floating-point square root: exact only while the numbers fit in 53 bits": '''
+def explicit_peak_bytes(B, H, L, element_size):
+    return 2 * B * H * L * L * element_size
+
+def longest_sequence(budget_bytes, B, H, element_size):
+    return int(math.sqrt(budget_bytes // (2 * B * H * element_size)))
+''',
+        "three L x L matrices (scores, scaled copy, weights)": '''
+def explicit_peak_bytes(B, H, L, element_size):
+    return 3 * B * H * L * L * element_size
+
+def longest_sequence(budget_bytes, B, H, element_size):
+    return math.isqrt(budget_bytes // (3 * B * H * element_size))
+''',
+        "divides by the element size instead of multiplying": '''
+def explicit_peak_bytes(B, H, L, element_size):
+    return 2 * B * H * L * L // element_size
+
+def longest_sequence(budget_bytes, B, H, element_size):
+    return math.isqrt(budget_bytes * element_size // (2 * B * H))
 ''',
         "forgets the heads": '''
 def explicit_peak_bytes(B, H, L, element_size):
@@ -349,28 +402,112 @@ def dropout_attention_grads(q, k, v, p, seed, grad_out):
 ''',
     },
     "q8": {
-        "no running maximum: exp of the raw scores": _kernel(_ALL_BLOCKS + _LOADS + _SCORES + _MASKED + '''        p = tl.exp(s)
-        l = l + tl.sum(p, axis=1)
-        acc = acc + tl.dot(p, v, input_precision="ieee")
-    m = tl.full([BLOCK], 0.0, tl.float32)
+        "no running maximum: exp of the raw scores, m left at 0": _kernel(_RANGE + _LOADS + _SCORES + '''        weights = tl.exp(scores)
+        l = l + tl.sum(weights, axis=0)
+        acc = acc + tl.sum(weights[:, None] * values, axis=0)
+    m = tl.where(l > 0, 0.0, float("-inf"))
 '''),
-        "each block's own maximum, the old sums never rescaled": _kernel(_ALL_BLOCKS + _LOADS + _SCORES + _MASKED + '''        m = tl.maximum(m, tl.max(s, axis=1))
-        p = tl.exp(s - m[:, None])
-        l = l + tl.sum(p, axis=1)
-        acc = acc + tl.dot(p, v, input_precision="ieee")
+        "each block's own maximum, the old sums never rescaled": _kernel(_RANGE + _LOADS + _SCORES + '''        m = tl.maximum(m, tl.max(scores, axis=0))
+        weights = tl.exp(scores - m)
+        l = l + tl.sum(weights, axis=0)
+        acc = acc + tl.sum(weights[:, None] * values, axis=0)
 '''),
-        "causal skip one block early: stops before the diagonal block": _kernel('''    end = tl.minimum(L_k, qb * BLOCK) if IS_CAUSAL else L_k
-    for start in range(0, end, BLOCK):
-''' + _LOADS + _SCORES + _MASKED + _ONLINE),
-        "causal skip one block late: loads a block after the last query": _kernel('''    end = tl.minimum(L_k, (qb + 2) * BLOCK) if IS_CAUSAL else L_k
-    for start in range(0, end, BLOCK):
-''' + _LOADS + _SCORES + _MASKED + _ONLINE),
-        "no scale: the raw dot products": _kernel(_ALL_BLOCKS + _LOADS + '''        s = tl.dot(q, tl.trans(k), input_precision="ieee")
-''' + _MASKED + _ONLINE),
-        "scales by 1/d, not 1/sqrt(d)": _kernel(_ALL_BLOCKS + _LOADS + '''        s = tl.dot(q, tl.trans(k), input_precision="ieee") / D
-''' + _MASKED + _ONLINE),
-        "the last partial key block unmasked: its padding keys score 0": _kernel(_ALL_BLOCKS + _LOADS + _SCORES + '''        if IS_CAUSAL:
-            s = tl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
+        "loops over the whole chunk and masks the padding: an empty chunk gets exp(-inf + inf) = NaN": _kernel(
+            '''    begin = CHUNK * split
+    for block in range(0, CHUNK // BLOCK):
+        first = begin + block * BLOCK
+        real = (first + tl.arange(0, BLOCK) < n_real) & (first + tl.arange(0, BLOCK) < L_k)
+''' + _LOADS + _SCORES + _ONLINE),
+        "stops at L_k, not at the head's length: reads the padding": _kernel('''    begin = CHUNK * split
+    stop = tl.minimum(begin + CHUNK, L_k)
+    for block in range(0, tl.cdiv(stop - begin, BLOCK)):
+        first = begin + block * BLOCK
+        real = first + tl.arange(0, BLOCK) < stop
+''' + _LOADS + _SCORES + _ONLINE),
+        "one key too many: keys up to the length itself": _kernel('''    begin = CHUNK * split
+    stop = tl.minimum(tl.minimum(begin + CHUNK, n_real + 1), L_k)
+    for block in range(0, tl.cdiv(stop - begin, BLOCK)):
+        first = begin + block * BLOCK
+        real = first + tl.arange(0, BLOCK) < stop
+''' + _LOADS + _SCORES + _ONLINE),
+        "the chunk starts at split * BLOCK, not split * CHUNK": _kernel('''    begin = BLOCK * split
+    stop = tl.minimum(begin + CHUNK, n_real)
+    for block in range(0, tl.cdiv(stop - begin, BLOCK)):
+        first = begin + block * BLOCK
+        real = first + tl.arange(0, BLOCK) < stop
+''' + _LOADS + _SCORES + _ONLINE),
+        "the scale applied twice (query already scaled)": _kernel(_RANGE + _LOADS + '''        scores = tl.where(real, tl.sum(keys * query[None, :], axis=1) * scale, float("-inf"))
 ''' + _ONLINE),
+        "the query unscaled: the raw dot products": _kernel(_RANGE + _LOADS + '''        scores = tl.where(real, tl.sum(keys * query[None, :], axis=1) / scale, float("-inf"))
+''' + _ONLINE),
+        "divides by l inside the chunk: stores the chunk's output, not its unnormalised sum": _kernel(
+            _RANGE + _LOADS + _SCORES + _ONLINE + '''    acc = acc / tl.maximum(l, 1e-30)
+'''),
+    },
+}
+
+
+# Right answers by another method than the solution's: each must earn every point.
+RIGHT_ANSWERS: dict[str, dict[str, str]] = {
+    "q6": {
+        "keeps the generator's state, as FlashAttention keeps rng_state, and draws the mask from it": '''
+def dropout_attention_forward(q, k, v, p, seed):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    lse = scores.logsumexp(dim=-1)
+    generator = torch.Generator().manual_seed(seed)
+    state = generator.get_state()
+    keep = torch.rand(scores.shape, generator=generator, dtype=q.dtype) >= p
+    out = (torch.exp(scores - lse[..., None]) * keep / (1 - p)) @ v
+    return out, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": p, "rng_state": state}
+
+def dropout_attention_backward(saved, grad_out):
+    q, k, v, out, lse = (saved[name] for name in ("q", "k", "v", "out", "lse"))
+    scale = 1 / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) * scale
+    generator = torch.Generator()
+    generator.set_state(saved["rng_state"])
+    kept = (torch.rand(scores.shape, generator=generator, dtype=q.dtype) >= saved["p"]) / (1 - saved["p"])
+    probs = torch.exp(scores - lse[..., None])
+    dv = (probs * kept).transpose(-2, -1) @ grad_out
+    ds = probs * ((grad_out @ v.transpose(-2, -1)) * kept - (grad_out * out).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
+''',
+    },
+    "q4": {
+        "Newton's method on integers instead of math.isqrt": '''
+def explicit_peak_bytes(B, H, L, element_size):
+    return 2 * B * H * L * L * element_size
+
+def longest_sequence(budget_bytes, B, H, element_size):
+    n = budget_bytes // (2 * B * H * element_size)
+    if n < 1:
+        return 0
+    x = n
+    while x * x > n:
+        x = (x + n // x) // 2
+    return x
+''',
+    },
+    "q2": {
+        "queries outside, keys inside, the scale on the scores of each tile": '''
+def tiled_attention(q, k, v, block):
+    scale = 1 / math.sqrt(q.shape[-1])
+    out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    for qs in range(0, q.shape[-2], block):
+        qb = q[..., qs:qs + block, :]
+        m = torch.full(qb.shape[:-1], float("-inf"), dtype=q.dtype)
+        l = torch.zeros(qb.shape[:-1], dtype=q.dtype)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        for ks in range(0, k.shape[-2], block):
+            s = (qb @ k[..., ks:ks + block, :].transpose(-2, -1)) * scale
+            m_new = torch.maximum(m, s.amax(-1))
+            p = torch.exp(s - m_new[..., None])
+            shrink = torch.exp(m - m_new)
+            l = l * shrink + p.sum(-1)
+            acc = acc * shrink[..., None] + p @ v[..., ks:ks + block, :]
+            m = m_new
+        out[..., qs:qs + block, :] = acc / l[..., None]
+    return out
+''',
     },
 }

@@ -124,10 +124,8 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
                                               "torch.Tensor.backward",
                                               "xfl.tiled_attention.tiled_attention_backward"]},
         "q7": {"dropout_attention_grads": [None, "xfl.tiled_attention.tiled_attention_recomputing"]},
-        "q8": {"flash_forward": [
-            "lambda q, k, v, is_causal: tuple(xfl.triton_attention.triton_attention_forward(q, k, v, "
-            "is_causal=is_causal, block_q=16, block_k=16))",
-            "xfl.triton_attention.triton_attention_forward", "xfl.triton_attention.triton_attention",
+        "q8": {"decode_partials": [  # split-key decoding: no library function returns its partials
+            None, "xfl.triton_attention.triton_attention_forward", "xfl.triton_attention.triton_attention",
             "xfl.tiled_attention.tiled_attention_forward", "xfl.tiled_attention.tiled_attention",
             "xfl.tiled_attention.merge_partials", "xfl.tiled_attention.block_partial",
             # not SDPA: blocking a builtin turns on a profiler, which slows Triton's interpreter

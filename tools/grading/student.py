@@ -246,11 +246,13 @@ class StudentProcess:
             return f"sent {event['event'][:40]!r} instead of its functions", []
         return None, [f for f in names if type(f) is str and len(f) <= MAX_NAME]
 
-    def call(self, question: str, function: str, args: tuple, kwargs: dict, seconds: float):
-        """``function(*args, **kwargs)`` in the student's process, within ``seconds``."""
+    def call(self, question: str, function: str, args: tuple, kwargs: dict, seconds: float,
+             measure: bool = False):
+        """``function(*args, **kwargs)`` in the student's process, within ``seconds``; with
+        ``measure``, ``(result, the most numbers a tensor created during the call held)``."""
         self.next_id += 1
         request = {"id": self.next_id, "question": question, "function": function, "seconds": seconds,
-                   "args": wire.to_plain(list(args)), "kwargs": wire.to_plain(kwargs)}
+                   "args": wire.to_plain(list(args)), "kwargs": wire.to_plain(kwargs), "measure": measure}
         self._send((json.dumps(request) + "\n").encode(), seconds + self.grace)
         reply = self.receive(seconds + self.grace)
         if reply.get("event") != "reply" or reply.get("id") != self.next_id:
@@ -263,7 +265,13 @@ class StudentProcess:
                               "answer to this question: write it yourself")
         if reply.get("error") is not None:
             raise student_exception(reply.get("error_type"), f"{function} raised {str(reply['error'])[:2000]}")
-        return wire.from_plain(reply.get("value"))  # NotPlain (a failed test) if malformed
+        value = wire.from_plain(reply.get("value"))  # NotPlain (a failed test) if malformed
+        if not measure:
+            return value
+        largest = reply.get("largest")
+        if type(largest) is not int:
+            raise ProcessLost(f"answered a measured call of {function} without a size: {str(largest)[:80]!r}")
+        return value, largest
 
 
 def interpreter() -> Path:
@@ -333,11 +341,19 @@ class Proxy:
         self.student, self.question, self.__name__, self.budget = student, question, name, budget
 
     def __call__(self, *args, **kwargs):
+        return self._call(args, kwargs, measure=False)
+
+    def largest_tensor(self, *args, **kwargs):
+        """``(result, n)``: the call, and the most numbers any tensor it created held (measured
+        in the student's process by a ``TorchDispatchMode``: ``tools.grading.worker.largest_tensor``)."""
+        return self._call(args, kwargs, measure=True)
+
+    def _call(self, args, kwargs, measure: bool):
         if self.budget[0] <= 0:
             raise QuestionTimeLimit(f"no time left for {self.__name__}")
         start = time.monotonic()
         try:
-            return self.student.call(self.question, self.__name__, args, kwargs, self.budget[0])
+            return self.student.call(self.question, self.__name__, args, kwargs, self.budget[0], measure)
         finally:
             self.budget[0] -= time.monotonic() - start
 

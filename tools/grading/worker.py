@@ -158,6 +158,29 @@ def _recorder(watched: dict[int, str]):
     return record
 
 
+# ------------------------------------------------------------------ measuring a call
+@contextmanager
+def largest_tensor():
+    """Within the block, ``spy["numel"]`` is the most numbers any tensor that a torch operation
+    returned held: a test asks for it (``Proxy.largest_tensor``) to check that an answer never
+    builds a tensor as large as the one its question forbids."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    import torch
+
+    spy = {"numel": 0}
+
+    class Largest(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            sizes = [t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+            spy["numel"] = max([spy["numel"], *sizes])
+            return out
+
+    with Largest():
+        yield spy
+
+
 # --------------------------------------------------------------------------- serving
 def answer(request: dict, namespace: dict, library: dict[str, list[str]]) -> dict:
     """Run one requested call; the reply carries the result as plain data, or what went wrong."""
@@ -171,7 +194,12 @@ def answer(request: dict, namespace: dict, library: dict[str, list[str]]) -> dic
     try:
         args, kwargs = from_plain(request["args"]), from_plain(request["kwargs"])
         with blocked(library.get(request["question"], [])):
-            result, reply["timed_out"] = call_with_limit(lambda: fn(*args, **kwargs), request["seconds"])
+            if request.get("measure"):
+                with largest_tensor() as spy:
+                    result, reply["timed_out"] = call_with_limit(lambda: fn(*args, **kwargs), request["seconds"])
+                reply["largest"] = spy["numel"]
+            else:
+                result, reply["timed_out"] = call_with_limit(lambda: fn(*args, **kwargs), request["seconds"])
         if not reply["timed_out"]:
             reply["value"] = to_plain(result)
     except Exception as e:
