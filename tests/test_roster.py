@@ -134,6 +134,13 @@ def test_late_policy_per_day_with_extensions_and_a_cutoff(roster):
     assert late_of(carol, "2026-12-03T12:01:00", policy).late_days == "1"
 
 
+def test_a_canvas_file_late_by_its_time_but_not_marked_late_is_noted(roster):
+    policy = make_policy(DUE, penalty_pct=10)
+    late = late_of(roster[0], "2026-12-02T08:00:00", policy, "canvas")
+    assert late.penalty_pct == 10.0 and "Canvas did not mark it LATE" in late.note
+    assert "Canvas did not" not in late_of(roster[0], "2026-12-02T08:00:00", policy, "canvas", marker=True).note
+
+
 def test_canvas_files_without_times_use_the_late_marker(roster):
     policy = make_policy(DUE, penalty_pct=15)
     on_time = late_of(roster[0], None, policy, "canvas")

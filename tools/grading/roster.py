@@ -337,6 +337,8 @@ def lateness(match: Match, policy: Policy | None) -> Lateness:
                                                    "cut-off: scores zero")
     pct = min(100.0, days * policy.penalty_pct)
     note = f"submitted {days} day{'s' * (days != 1)} late: {pct:g}% off" if days else None
+    if days and match.lms is not None and match.lms.lms == "canvas" and not match.lms.late_marker:
+        note += " (Canvas did not mark it LATE: is --due Canvas's due date?)"
     if days and (student.extension_days or student.due):
         note += f" (due date with the extension: {due.isoformat(timespec='minutes')})"
     return Lateness(shown, str(days), pct, note)
