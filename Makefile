@@ -29,7 +29,7 @@ XFL_FAST ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev
 PROFILE_ENV := $(if $(XFL_PROFILE),XFL_PROFILE=$(XFL_PROFILE) XFL_FAST=,XFL_FAST=$(XFL_FAST))
 
 RUN_DIR := _build/test-run
-.PHONY: book test test-setup colab-base colab-env sync vendor browser-deps grade-deps sandbox-deps exercises exercise-pages release grade written merge-written feedback bench-translate bench-timings bench-vit bench-bpe bench-decode bench-generate-hf bench-modern clean
+.PHONY: book test test-setup colab-base colab-env sync vendor browser-deps grade-deps sandbox-deps exercises exercise-pages release gradescope grade written merge-written feedback bench-translate bench-timings bench-vit bench-bpe bench-decode bench-generate-hf bench-modern clean
 
 # Bytecode is written by the first process that imports a module, not by pip: compiling all of an
 # environment's 16,000 modules costs about 50 s of CPU, and the tests import a fraction of them.
@@ -94,6 +94,10 @@ _build/exercises/autograder/%-autograder.zip: chapters/%/exercises.md $(STAMP) $
 	$(BIN)/python -m tools.grading.exercises build --out _build/exercises $(ASSIGN_FLAGS) $*
 release: _build/exercises/autograder/$(CHAPTER)-autograder.zip
 	@echo "Hand out _build/exercises/student/$(CHAPTER)_exercises.ipynb; keep the zip and the solutions private."
+
+# The chapter's autograder for Gradescope (book/instructors.md) -> _build/gradescope/$(CHAPTER)-gradescope.zip
+gradescope: _build/exercises/autograder/$(CHAPTER)-autograder.zip
+	$(BIN)/python -m tools.grading.gradescope build $(CHAPTER) --timeout $(TIMEOUT)
 
 # The instructor's path (book/instructors.md), one chapter at a time:
 #   make grade CHAPTER=ch01_qkv   submissions/ch01_qkv/<student>.ipynb -> grades/ch01_qkv.csv, .json, -feedback/

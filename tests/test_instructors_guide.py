@@ -312,3 +312,17 @@ def test_roster_deadlines_and_gradebook_imports(walked):
     assert "**Total: 10.4 / 15 points**" in carol and "| w1 (written) | 1 / 2 |" in carol
     assert "20% off" in carol
 
+
+def test_gradescope_section_builds_the_autograder(walked):
+    """The guide's Gradescope section: its command, run as written after step 1, writes a zip with
+    Gradescope's two scripts at its root and the hidden tests in ``private/``
+    (``tests/test_gradescope.py`` runs that zip as Gradescope would)."""
+    repo, _ = walked
+    section = GUIDE.read_text().split("## Grading on Gradescope\n")[1].split("\n## ")[0]
+    commands = [c.strip() for b in re.findall(r"```bash\n(.*?)```", section, re.S) for c in b.splitlines() if c.strip()]
+    assert commands == [f"make gradescope CHAPTER={CHAPTER}"], commands
+    run(commands[0], repo, os.environ | {"ASSIGN_FLAGS": "--no-run-tests"})
+    import zipfile
+    with zipfile.ZipFile(repo / "_build" / "gradescope" / f"{CHAPTER}-gradescope.zip") as zf:
+        names = set(zf.namelist())
+    assert {"setup.sh", "run_autograder", f"private/{CHAPTER}-autograder.zip"} <= names, names

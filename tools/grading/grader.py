@@ -214,7 +214,8 @@ def grade_folder(autograder: Path, submissions: Path, output: Path, limit: float
     logs.mkdir(parents=True, exist_ok=True)
     config = {"autograder": str(Path(autograder).resolve()), "limit": limit, "grace": grace, "budget": budget,
               "library": blocked_names(assignment) if block_library else {}, "memory_mb": judge_memory_mb,
-              "sandboxed": sandbox.enabled, "limits": dataclasses.asdict(sandbox.limits)}
+              "sandboxed": sandbox.enabled, "limits": dataclasses.asdict(sandbox.limits),
+              **({"own_uid": True} if sandbox.own_uid else {})}
     skipped: list[tuple[str, str]] = []
     subs = find_submissions(submissions, skipped)
     matches, owner = [], {}  # owner: {the file's student key: the roster id}

@@ -228,7 +228,7 @@ def serve(lines, out) -> None:
     limit_memory(config["memory_mb"])
     assignment, questions = load_autograder(Path(config["autograder"]))
     limits = Limits(**config["limits"])
-    sandbox = Sandbox(enabled=config["sandboxed"], limits=limits)
+    sandbox = Sandbox(enabled=config["sandboxed"], limits=limits, own_uid=config.get("own_uid", False))
     for line in lines:
         job = json.loads(line)
         grade = grade_notebook(job["student"], job["text"], questions, config["limit"], config["grace"],
