@@ -44,7 +44,7 @@ def test_jobs_past_the_deadline_are_stopped_or_not_started(tmp_path):
 
 def test_t4_path_adds_fp16_for_the_training_chapters_only():
     paths = gpu_chapters.chapter_paths()
-    assert len(paths) == 13 and paths[0].endswith("datasets")
+    assert len(paths) == 14 and paths[0].endswith("datasets")
     training = gpu_chapters.chapter_paths(training=True)
     assert [p.split("/")[1] for p in training] == list(gpu_chapters.TRAINING)
     try:
@@ -135,23 +135,23 @@ def test_a_faked_gpu_run_prints_the_table_and_writes_the_json(tmp_path, monkeypa
     assert gpu_chapters.main(["check", "--t4-path", "--out", str(out)]) == 1  # one did not pass
     saved = json.loads(out.read_text())
     assert sorted(saved) == ["devices", "nbval"] and saved["devices"] == {H100["device"]: H100}
-    assert len(saved["nbval"]["bf16"]) == 13 and sorted(saved["nbval"]["fp16"]) == sorted(gpu_chapters.TRAINING)
+    assert len(saved["nbval"]["bf16"]) == 14 and sorted(saved["nbval"]["fp16"]) == sorted(gpu_chapters.TRAINING)
     vit = saved["nbval"]["fp16"]["ch07_vit"]
     assert vit["status"] == "failed" and vit["error"] == "AssertionError: loss is nan"
     assert vit["profile"] == "fast" and vit["device"] == H100["device"] and vit["date"] == H100["date"]
 
     lines = capsys.readouterr().out.splitlines()
     start = lines.index(f"{H100['device']} (torch 2.15.0, CUDA 13.0), {H100['date']}")
-    head, rule, *rows = lines[start + 1:start + 3 + 18]
+    head, rule, *rows = lines[start + 1:start + 3 + 20]
     assert head.split() == ["precision", "chapter", "status", "seconds", "peak", "GPU", "MiB"]
-    assert set(rule) == {"-", " "} and len(rows) == 18
+    assert set(rule) == {"-", " "} and len(rows) == 20
     cells = {(row.split()[0], row.split()[1]): row.split()[2:] for row in rows}
     for precision, chapter, result in ((p, c, r) for p, chapters in saved["nbval"].items()
                                        for c, r in chapters.items()):
         memory = "-" if result["peak_gpu_mib"] is None else f"{result['peak_gpu_mib']:,}"
         assert cells[precision, chapter] == [result["status"], f"{result['seconds']:.0f}", memory]
-    assert [row.split()[1] for row in rows[:13]] == sorted(saved["nbval"]["bf16"])  # the book's order
-    assert lines[start + 3 + 18] == "17 of 18 passed"
+    assert [row.split()[1] for row in rows[:14]] == sorted(saved["nbval"]["bf16"])  # the book's order
+    assert lines[start + 3 + 20] == "19 of 20 passed"
     assert any(line.endswith(f"results merged into {out}") for line in lines)
 
 

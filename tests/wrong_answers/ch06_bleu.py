@@ -1,24 +1,5 @@
-"""Chapter 6's plausible wrong answers: each must earn 0 on its question's hidden tests."""
-
-_PRUNE = '''
-def prune_beams(scores, lengths, log_probs, done, alpha, pad):
-    B, K, V = log_probs.shape
-    only_pad = torch.full((V,), float("-inf"), dtype=log_probs.dtype)
-    only_pad[pad] = 0.0
-    log_probs = torch.where(done[..., None], only_pad, log_probs)
-    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
-    grown = lengths + (~done).to(lengths.dtype)
-    new_lengths = grown[..., None].expand(B, K, V).reshape(B, K * V)
-    ranking = new_scores / new_lengths.to(new_scores.dtype) ** alpha
-    index = ranking.topk(K, dim=-1).indices
-    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
-'''
-
-
-def _prune(old: str, new: str) -> str:
-    """The right beam pruning with one line's mistake: ``old`` replaced by ``new``."""
-    assert _PRUNE.count(old) == 1, old
-    return _PRUNE.replace(old, new)
+"""Chapter 6's (the BLEU page's) plausible wrong answers: each must earn 0 on its question's
+hidden tests."""
 
 
 WRONG_ANSWERS: dict[str, dict[str, str]] = {
@@ -100,18 +81,5 @@ def repeated_word_bleu():
     p1, p2 = 2 / 7, 0.0
     return p1, (p1 + p2) / 2
 ''',
-    },
-    "q6": {
-        "ranks by the raw sum (the penalty only at the final choice)": _prune(
-            "ranking = new_scores / new_lengths.to(new_scores.dtype) ** alpha", "ranking = new_scores"),
-        "divides by the length before the new token": _prune(
-            "ranking = new_scores / new_lengths.to(new_scores.dtype) ** alpha",
-            "ranking = new_scores / lengths[..., None].expand(B, K, V).reshape(B, K * V).to(new_scores.dtype) ** alpha"),
-        "a finished beam's length keeps growing": _prune(
-            "grown = lengths + (~done).to(lengths.dtype)", "grown = lengths + 1"),
-        "returns the normalised scores instead of the raw sums": _prune(
-            "new_scores.gather(1, index), new_lengths", "ranking.gather(1, index), new_lengths"),
-        "parent = index % K (the flat index split the wrong way)": _prune(
-            "return index // V, index % V,", "return index % K, index // K,"),
     },
 }

@@ -45,7 +45,7 @@ from xfl.train import deadline_from_env
 
 ROOT = Path(__file__).resolve().parents[2]
 WATCHER = Path(__file__).with_name("gpu_memory_watch.py")
-TRAINING = ("ch05_encoder_decoder", "ch06_bleu", "ch07_vit", "ch09_gpt", "ch10_modern")
+TRAINING = ("ch05_encoder_decoder", "ch06_bleu", "ch06_decoding", "ch07_vit", "ch09_gpt", "ch10_modern")
 BANNER_FAST = re.compile(r"run_banner\(fast_minutes=([\d.]+)")
 ESTIMATES = ROOT / "bench" / "results" / "t4_estimate.json"
 CELL_TIMEOUT_S = 600

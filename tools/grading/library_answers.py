@@ -82,6 +82,11 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
         "q5": {"repeated_word_bleu": [None, "xfl.bleu.sentence_bleu", "xfl.bleu.corpus_bleu",
                                       "xfl.bleu.modified_precision", "xfl.bleu.brevity_penalty"]},
     },
+    "ch06_decoding": {
+        "q3": {"cached_attention": [
+            "lambda q, k, v, keep: torch.nn.functional.scaled_dot_product_attention(q, k, v, "
+            "attn_mask=keep[:, None, None, :])", *ATTENTION]},
+    },
     "ch07_vit": {
         "q1": {"patchify": ["xfl.vit.patchify"]},
         "q2": {"unpatchify": ["xfl.vit.unpatchify"]},
