@@ -34,7 +34,7 @@ import torch
 from bench.report import write_results
 from xfl.ablation import (HIGH_RATE_FACTOR, RECIPES, Recipe, ablation_variants, best_rate,
                           beyond_training_length, compare_variants, difference, holm_verdicts,
-                          kv_head_study, learned_table_rms, lr_sweep, position_study, qk_norm_study,
+                          kv_head_study, learned_table_rms, lr_sweep, position_study, qk_norm_study, rise_against,
                           spanish_characters, time_fused_path, time_norms)
 from xfl.runtime import default_device, device_name
 
@@ -59,10 +59,13 @@ def timings(ablation: dict, recipe: Recipe, pairs: int) -> dict:
 
 
 def positions_report(positions: dict, length: int) -> dict:
-    """Bits at L, 2L, 4L and per position of 4L windows per code and seed; rises beyond L."""
+    """Bits at L, 2L, 4L and per position of 4L windows per code and seed; rises beyond L, alone
+    and against the no-position model's."""
     report = {n: {"at_length": {str(k): v for k, v in r["at_length"].items()},
                   "per_position": r["per_position"],
-                  "beyond_L": beyond_training_length(r, length)} for n, r in positions.items()}
+                  "beyond_L": beyond_training_length(r, length),
+                  **({} if n == "none" else {"beyond_L_vs_none": rise_against(r, positions["none"], length)})}
+              for n, r in positions.items()}
     report["learned"]["table_rms"] = [learned_table_rms(m, length) for m in positions["learned"]["models"]]
     return report
 

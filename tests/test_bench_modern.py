@@ -36,6 +36,7 @@ def test_smoke_run_writes_results(tmp_path):
         assert list(r["at_length"]) == ["16", "32", "64"] and all(len(b) == 2 for b in r["at_length"].values())
         assert len(r["per_position"]) == 2 and all(len(p) == 64 for p in r["per_position"])
         assert set(r["beyond_L"]) == {"L..2L", "2L..4L"}
+        assert r is saved["extrapolation"]["none"] or set(r["beyond_L_vs_none"]) == {"L..2L", "2L..4L"}
     assert len(saved["extrapolation"]["learned"]["table_rms"]) == 2
     assert [float(rate) for rate in saved["lr_sweep"]] == [3e-3, 9e-3, 1.8e-2, 3e-2]  # 1, 3, 6 and 10 x 3e-3
     assert all(set(r) == {"2017 block", "all together"} for r in saved["lr_sweep"].values())

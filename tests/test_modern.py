@@ -431,3 +431,18 @@ def test_extrapolation_lines_name_every_code():
                                  "none": {"L..2L": span("better"), "2L..4L": span("unclear")}})
     assert lines == ["RoPE: L..2L no clear change; 2L..4L rises",
                      "no-position model: L..2L falls; 2L..4L no clear change"]
+
+
+def test_rise_against_the_no_position_model_cancels_a_shared_rise():
+    from xfl.ablation import beyond_training_length, extrapolation_lines, rise_against
+    L = 4
+    flat = [1.0] * (2 * L) + [1.5] * (2 * L)  # (4L,): rises by 0.5 from 2L on
+    none = {"per_position": [[v + 0.01 * s for v in flat] for s in range(5)]}
+    same = {"per_position": [[v + 0.02 * s for v in flat] for s in range(5)]}
+    more = {"per_position": [[v + (0.3 + 0.01 * s) * (i >= 2 * L) for i, v in enumerate(flat)] for s in range(5)]}
+    assert beyond_training_length(same, L)["2L..4L"]["mean"] == pytest.approx(0.5)  # rises alone
+    versus = {"RoPE": rise_against(more, none, L), "learned": rise_against(same, none, L)}
+    assert versus["learned"]["2L..4L"]["mean"] == pytest.approx(0, abs=1e-12)
+    assert versus["RoPE"]["2L..4L"]["verdict"] == "worse" and versus["RoPE"]["2L..4L"]["mean"] == pytest.approx(0.32)
+    assert extrapolation_lines(versus, against="none")[:2] == [
+        "each rise against the no-position model's:", "  RoPE: L..2L no clear difference; 2L..4L rises more"]

@@ -289,6 +289,15 @@ def beyond_training_length(result: dict, length: int) -> dict[str, dict]:
             "2L..4L": paired(span_bits(result, 2 * length, 4 * length), inside)}
 
 
+def rise_against(result: dict, reference: dict, length: int) -> dict[str, dict]:
+    """Per span of ``beyond_training_length``: ``result``'s rise beyond L minus ``reference``'s
+    (the same windows, seeds paired), ``paired``; 'worse' means it rises more than the reference."""
+    inside = lambda r: span_bits(r, length // 2, length)["bits"]  # noqa: E731
+    rise = lambda r, lo, hi: {"bits": [a - b for a, b in zip(span_bits(r, lo, hi)["bits"], inside(r))]}  # noqa: E731
+    return {span: paired(rise(result, lo, hi), rise(reference, lo, hi))
+            for span, (lo, hi) in {"L..2L": (length, 2 * length), "2L..4L": (2 * length, 4 * length)}.items()}
+
+
 @contextmanager
 def rope_stretched(model: GPT, scale: float = 1.0, base: float | None = None):
     """Inside the block, ``model``'s RoPE layers divide every position by ``scale`` (position
@@ -488,10 +497,14 @@ def size_table(results: dict, base: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def extrapolation_lines(beyond: dict[str, dict]) -> list[str]:
+def extrapolation_lines(beyond: dict[str, dict], against: str | None = None) -> list[str]:
     """Per position code, by name (``none`` as 'no-position model'), the verdict of each span of
-    ``beyond_training_length``: rises, falls or no clear change against positions L/2..L-1."""
-    words = {"worse": "rises", "better": "falls", "unclear": "no clear change"}
-    return [f"{'no-position model' if name == 'none' else name}: "
-            + "; ".join(f"{span} {words[p['verdict']]}" for span, p in spans.items())
-            for name, spans in beyond.items()]
+    ``beyond_training_length`` (rises, falls or no clear change against positions L/2..L-1), or
+    with ``against`` (a name) of ``rise_against`` that code (rises more, less, or no clear
+    difference)."""
+    label = lambda name: "no-position model" if name == "none" else name  # noqa: E731
+    words = ({"worse": "rises", "better": "falls", "unclear": "no clear change"} if against is None else
+             {"worse": "rises more", "better": "rises less", "unclear": "no clear difference"})
+    lines = [f"{label(name)}: " + "; ".join(f"{span} {words[p['verdict']]}" for span, p in spans.items())
+             for name, spans in beyond.items()]
+    return lines if against is None else [f"each rise against the {label(against)}'s:"] + ["  " + x for x in lines]
