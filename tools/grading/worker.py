@@ -161,20 +161,21 @@ def _recorder(watched: dict[int, str]):
 # ------------------------------------------------------------------ measuring a call
 @contextmanager
 def largest_tensor():
-    """Within the block, ``spy["numel"]`` is the most numbers any tensor that a torch operation
-    returned held: a test asks for it (``Proxy.largest_tensor``) to check that an answer never
-    builds a tensor as large as the one its question forbids."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
+    """Within the block, ``spy["numel"]`` is the most numbers any tensor that a torch function,
+    method or operator returned held: a test asks for it (``Proxy.largest_tensor``) to check that
+    an answer never builds a tensor as large as the one its question forbids. A
+    ``TorchFunctionMode``: a ``TorchDispatchMode`` would cost its first use 15 s of imports."""
     import torch
+    from torch.overrides import TorchFunctionMode
 
     spy = {"numel": 0}
 
-    class Largest(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    class Largest(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            sizes = [t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-            spy["numel"] = max([spy["numel"], *sizes])
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    spy["numel"] = max(spy["numel"], t.numel())
             return out
 
     with Largest():
