@@ -151,6 +151,7 @@ def test_the_zip_has_gradescopes_layout(graded):
     ref = settings["xfl_ref"]  # the checkout's commit, as the published book pins it (others may commit meanwhile)
     assert subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", ref, "HEAD"]).returncode == 0, ref
     assert len(ref) == 40 and f"xfl pinned to {ref}" in setup
+    assert f"v.commit() == {ref!r}" in setup  # setup.sh stops unless pip installed that commit
 
 
 def test_results_follow_gradescopes_specification(graded):

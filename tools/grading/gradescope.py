@@ -66,7 +66,7 @@ ln -sfn "$(cd / && "$root/venv/bin/python" -c 'import os, xfl; print(os.path.dir
   "$root/source/grader/xfl"
 chmod 0700 "$root/source/{private}"
 (cd / && "$root/venv/bin/python" -c 'import xfl.version as v; print("installed xfl", v.describe())')
-"""
+{check}"""
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Gradescope copies this to /autograder/run_autograder and runs it as root in /autograder, once per
@@ -107,7 +107,7 @@ def build(chapter: str, out: Path = ROOT / "_build" / "gradescope",
     scripts = {"setup.sh": SETUP_SH.format(chapter=chapter, ref=ref or "(unpinned)", url=url,
                                            at_ref=f"@{ref}" if ref else "", private=PRIVATE,
                                            torch=requirement("torch"), torchvision=requirement("torchvision"),
-                                           otter=requirement("otter-grader") or ">=7,<8"),
+                                           otter=requirement("otter-grader") or ">=7,<8", check=pin_check(ref)),
                "run_autograder": RUN_AUTOGRADER.format()}
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"{chapter}-gradescope.zip"
@@ -124,6 +124,14 @@ def build(chapter: str, out: Path = ROOT / "_build" / "gradescope",
             zf.write(module, f"grader/tools/grading/{module.name}")
     os.replace(tmp, target)
     return target
+
+
+def pin_check(ref: str | None) -> str:
+    """setup.sh's last line: stop unless the installed xfl is the pinned commit (nothing if unpinned)."""
+    if not ref:
+        return ""
+    code = f"import sys, xfl.version as v; sys.exit(None if v.commit() == {ref!r} else f'xfl is {{v.commit()}}, not {ref}')"
+    return f"(cd / && \"$root/venv/bin/python\" -c \"{code}\")\n"
 
 
 def repository_url(chapter: str) -> str:
