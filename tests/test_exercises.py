@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from conftest import exercises_build  # noqa: E402
-from tools.grading import exercises, grader  # noqa: E402
+from tools.grading import exercises, grader, written  # noqa: E402
 from tools.grading.library_answers import LIBRARY_ANSWERS  # noqa: E402
 
 SOURCES = exercises.sources(ROOT)
@@ -471,3 +471,34 @@ def test_grader_agrees_with_otter_run(graded, built, tmp_path):
     results = json.loads((out / "results.json").read_text())
     otter_scores = {t["name"]: t["score"] for t in results["tests"] if "max_score" in t}
     assert otter_scores == FIXTURES["partly_wrong"][1]
+
+
+def model_answers(source: Path) -> dict[str, str]:
+    """``{name: model answer}`` of the written (manual) questions: the text cells of each one's
+    solution block in the exercise source."""
+    answers, name, inside = {}, None, False
+    for cell in jupytext.read(source).cells:
+        text = cell.source.strip()
+        if cell.cell_type == "raw" and text.startswith("# BEGIN QUESTION"):
+            config = yaml.safe_load(text) or {}
+            name = str(config["name"]) if config.get("manual") else None
+        elif cell.cell_type == "raw" and text.startswith(("# BEGIN SOLUTION", "# END SOLUTION")):
+            inside = text.startswith("# BEGIN")
+        elif name and inside and cell.cell_type == "markdown":
+            answers[name] = (answers.get(name, "") + "\n" + text).strip()
+    return answers
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_chapter_has_a_written_question_with_a_model_answer(built, chapter):
+    """Each chapter grades a written answer by hand: the question's prompt reaches the student,
+    its model answer only the solutions notebook."""
+    source = ROOT / "chapters" / chapter / "exercises.md"
+    questions, answers = written.written_questions(source), model_answers(source)
+    assert questions, f"{chapter}: no written (manual) question in its exercises.md"
+    assert {q.name for q in questions} == set(answers), f"{chapter}: a written question without a model answer"
+    student = nbformat.read(paths(built, chapter)["student"], as_version=4)
+    solutions = "\n".join(c.source for c in nbformat.read(paths(built, chapter)["solutions"], as_version=4).cells)
+    for q in questions:
+        assert written.answer_text(student, q) == "", f"{chapter} {q.name}: the student notebook is not blank"
+        assert len(answers[q.name]) > 200 and answers[q.name].splitlines()[0] in solutions, (chapter, q.name)
