@@ -97,6 +97,7 @@ WORDS_VALID, WORDS_TEST = DATA["words"]["valid"], DATA["words"]["test"]  # held-
 CH06_STEPS, CH06_COMPARE = 6000, 1000  # bleu_decoding.md:407, decoding.md:81 and :535 (STEPS // 6)
 VIT_STEPS_PER_EPOCH = 50_000 // VIT["full"].batch_size  # the GPU recipe: all 50,000 images
 POOL_STEPS = 5 * VIT_STEPS_PER_EPOCH  # vision_transformer.md:625
+HEADLINE_STEPS_T4 = 5_060  # ViT-Lite-7/4 (cls) in its 300 s on a T4 by this rule: 300 s / 0.0593 s per step
 MODERN_FULL = MODERN["full"]
 MODERN_RECIPE = MODERN_FULL["recipe"]
 
@@ -164,7 +165,13 @@ CHAPTERS.update({
         Pass("pooling runs' test accuracy, 9 x 10,000", "ViT-Lite-7/4 predict", 10_000, 9, batch=1000,
              source=f"{VT}:634"),
         Train("the small CNN, 3 seeds x 5 epochs (its test pass not counted)", "small CNN", 512, POOL_STEPS, 3,
-              f"{VT}:705-707"),
+              f"{VT}:795-798"),
+        # the CNN beside the headline: state.step steps, what ViT-Lite made in its 300 s (on a T4
+        # about 5,100 by this rule: 300 s over its step estimate)
+        Train("the small CNN at the headline's steps, seed 0", "small CNN", 512, HEADLINE_STEPS_T4, 1,
+              f"{VT}:847-849", when="same_steps = dataclasses.replace(config, steps=state.step"),
+        Pass("its test accuracy (10,000 images)", "small CNN predict", 10_000, 1, batch=1000, source=f"{VT}:850",
+             when="cnn_predictions = predict(cnn, test_x, normalize)"),
     ],
     "ch08_pixel": [
         Train("the tiny pixel classifier", "TinyPixelClassifier", 32, 2000, 1, "ch08_pixel/pixel_attention.md:324"),
@@ -221,7 +228,7 @@ READ_FROM = {
     GP: ["STEPS, BATCH, LR = pick(full=2200, fast=300, cpu=800), pick(full=128, fast=32)",
          "SEEDS = pick(full=(0, 1, 2),", "FT_STEPS, FT_SEEDS = pick(full=750, fast=100, cpu=250), SEEDS",
          "n_test = n_valid = pick(full=4000,"],
-    MB: ["compare_variants(streams, tuned, variants, SEEDS, done=sweep[tuned.lr])",
+    MB: ["ablation = compare_variants(streams, tuned, variants, SEEDS,", "done=sweep[tuned.lr])",
          "position_study(streams, tuned, SEEDS, ablation)", "kv_head_study(streams, tuned, SEEDS, ablation)"],
 }
 ABSENT: dict[str, list[str]] = {}  # file -> calls that would add runs the inventory does not count

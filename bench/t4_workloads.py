@@ -239,6 +239,13 @@ def cnn_step() -> Work:
     return training_step(small_cnn(), VIT["full"].task(*_images()).loss, torch.arange(COUNT_BATCH))
 
 
+def cnn_predict() -> Work:
+    """The small CNN's forward on ``COUNT_BATCH`` test images (chapter 7's headline comparison)."""
+    torch.manual_seed(0)
+    model, (x, _) = small_cnn().eval(), _images(COUNT_BATCH)
+    return count_work(lambda: model(x.float() / 255))
+
+
 def vit_predict() -> Work:
     """``xfl.vit_train.predict``'s forward on ``COUNT_BATCH`` test images."""
     torch.manual_seed(0)
@@ -300,6 +307,7 @@ WORKLOADS = {
     "ViT-Lite-7/4 (mean)": lambda: vit_step("mean"),
     "ViT-Lite-7/4 predict": vit_predict,
     "small CNN": cnn_step,
+    "small CNN predict": cnn_predict,
     "TinyPixelClassifier": pixel_step,
     "TinyDecoder (sorting)": sorter_step,
 }

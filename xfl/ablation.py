@@ -102,7 +102,7 @@ FIVE_SEEDS = (0, 1, 2, 3, 4)
 RECIPES = {
     "full": dict(data=dict(max_chars=100, n_valid=4000), seeds=FIVE_SEEDS,
                  recipe=Recipe(sizes=dict(d_model=128, num_heads=8, num_layers=4, dropout=0.0),
-                               length=128, steps=800, batch=64, lr=1e-3, evals=8,
+                               length=128, steps=720, batch=64, lr=1e-3, evals=8,
                                valid_windows=1024)),
     "cpu": dict(data=dict(max_chars=40, n_valid=500, n_train=20000), seeds=FIVE_SEEDS,
                 recipe=Recipe(sizes=dict(d_model=48, num_heads=4, num_layers=2, dropout=0.0),
