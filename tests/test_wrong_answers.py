@@ -160,16 +160,18 @@ def over_the_wire(fn, library: list[str] = ()):
             raise worker.LibraryAnswer(f"called {sorted(set(worker.CALLED))}, the library's answer")
         return from_plain(to_plain(result))
 
-    def largest_tensor(*args, **kwargs):  # as the grader's Proxy.largest_tensor: measured around the call only
-        from tools.grading.worker import largest_tensor as spy_on
+    def measured(key):  # as the grader's Proxy.largest_tensor, .product_dims, .held: around the call only
+        def run(*args, **kwargs):
+            from tools.grading.worker import largest_tensor as spy_on
 
-        args, kwargs = from_plain(to_plain(list(args))), from_plain(to_plain(kwargs))
-        with spy_on() as spy:
-            value = fn(*args, **kwargs)
-        return from_plain(to_plain(value)), spy["numel"]
+            args, kwargs = from_plain(to_plain(list(args))), from_plain(to_plain(kwargs))
+            with spy_on() as spy:
+                value = fn(*args, **kwargs)
+            return from_plain(to_plain(value)), spy[key]
+        return run
 
     call.__name__ = getattr(fn, "__name__", "answer")
-    call.largest_tensor = largest_tensor
+    call.largest_tensor, call.product_dims, call.held = measured("numel"), measured("product_dims"), measured("held")
     return call
 
 

@@ -165,6 +165,18 @@ def tiled_attention(q, k, v, block):
         m = m_new
     return acc / l[..., None]
 ''',
+        "one query at a time against every key: no key tiles, no running statistics": '''
+def tiled_attention(q, k, v, block):
+    scale = 1 / math.sqrt(q.shape[-1])
+    return torch.cat([torch.softmax(q[..., i:i + 1, :] @ k.transpose(-2, -1) * scale, dim=-1) @ v
+                      for i in range(q.shape[-2])], dim=-2)
+''',
+        "strips of d queries against every key: within the size of k": '''
+def tiled_attention(q, k, v, block):
+    scale, d = 1 / math.sqrt(q.shape[-1]), q.shape[-1]
+    return torch.cat([torch.softmax(q[..., i:i + d, :] @ k.transpose(-2, -1) * scale, dim=-1) @ v
+                      for i in range(0, q.shape[-2], d)], dim=-2)
+''',
         "averages the tiles' own softmax outputs": '''
 def tiled_attention(q, k, v, block):
     q = q / math.sqrt(q.shape[-1])
@@ -302,6 +314,39 @@ def dropout_attention_backward(saved, grad_out):
     ds = probs * ((grad_out @ v.transpose(-2, -1)) * kept - (grad_out * out).sum(dim=-1, keepdim=True))
     return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, (probs * kept).transpose(-2, -1) @ grad_out
 ''',
+        "keeps the mask inside a tuple in saved": '''
+def dropout_attention_forward(q, k, v, p, seed):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    lse = scores.logsumexp(dim=-1)
+    keep = torch.rand(scores.shape, generator=torch.Generator().manual_seed(seed), dtype=q.dtype) >= p
+    out = (torch.exp(scores - lse[..., None]) * keep / (1 - p)) @ v
+    return out, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "rate": (p, keep)}
+
+def dropout_attention_backward(saved, grad_out):
+    q, k, v, out, lse = (saved[name] for name in ("q", "k", "v", "out", "lse"))
+    p, keep = saved["rate"]
+    scale = 1 / math.sqrt(q.shape[-1])
+    kept = keep / (1 - p)
+    probs = torch.exp(q @ k.transpose(-2, -1) * scale - lse[..., None])
+    ds = probs * ((grad_out @ v.transpose(-2, -1)) * kept - (grad_out * out).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, (probs * kept).transpose(-2, -1) @ grad_out
+''',
+        "keeps the mask as a NumPy array": '''
+def dropout_attention_forward(q, k, v, p, seed):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    lse = scores.logsumexp(dim=-1)
+    keep = torch.rand(scores.shape, generator=torch.Generator().manual_seed(seed), dtype=q.dtype) >= p
+    out = (torch.exp(scores - lse[..., None]) * keep / (1 - p)) @ v
+    return out, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "p": p, "keep": keep.numpy()}
+
+def dropout_attention_backward(saved, grad_out):
+    q, k, v, out, lse = (saved[name] for name in ("q", "k", "v", "out", "lse"))
+    scale = 1 / math.sqrt(q.shape[-1])
+    kept = torch.from_numpy(saved["keep"]) / (1 - saved["p"])
+    probs = torch.exp(q @ k.transpose(-2, -1) * scale - lse[..., None])
+    ds = probs * ((grad_out @ v.transpose(-2, -1)) * kept - (grad_out * out).sum(dim=-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, (probs * kept).transpose(-2, -1) @ grad_out
+''',
         "does not divide the kept weights by 1 - p": '''
 def dropout_attention_forward(q, k, v, p, seed):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -362,6 +407,26 @@ class SeededDropoutAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, out, lse, keep = ctx.saved_tensors
 ''' + _SAVED_TO_BACKWARD + _GRADS,
+        "saves q, k, v, out, lse, and keeps the mask as an attribute of ctx": '''
+class SeededDropoutAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, p, seed):
+        out, saved = dropout_attention_forward(q, k, v, p, seed)
+        ctx.save_for_backward(q, k, v, out, saved["lse"])
+        ctx.keep = torch.rand(q.shape[:-1] + k.shape[-2:-1], generator=torch.Generator().manual_seed(seed),
+                              dtype=q.dtype) >= p
+        ctx.p, ctx.seed = p, seed
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        scale = 1 / math.sqrt(q.shape[-1])
+        kept = ctx.keep / (1 - ctx.p)
+        probs = torch.exp(q @ k.transpose(-2, -1) * scale - lse[..., None])
+        ds = probs * ((grad_out @ v.transpose(-2, -1)) * kept - (grad_out * out).sum(dim=-1, keepdim=True))
+        return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, (probs * kept).transpose(-2, -1) @ grad_out, None, None
+''' + _GRADS,
         "saves the weights instead of the log-sum-exp": '''
 class SeededDropoutAttention(torch.autograd.Function):
     @staticmethod

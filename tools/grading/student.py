@@ -261,12 +261,15 @@ class StudentProcess:
         return None, [f for f in names if type(f) is str and len(f) <= MAX_NAME]
 
     def call(self, question: str, function: str, args: tuple, kwargs: dict, seconds: float,
-             measure: bool = False):
+             measure: str | None = None):
         """``function(*args, **kwargs)`` in the student's process, within ``seconds``; with
-        ``measure``, ``(result, the most numbers a tensor created during the call held)``."""
+        ``measure`` (``"largest"``, ``"product_dims"`` or ``"held"``: ``tools.grading.worker.largest_tensor``),
+        ``(result, that measure of the call)``."""
+        if measure not in (None, "largest", "product_dims", "held"):
+            raise ValueError(f"measure {measure!r}: expected None, 'largest', 'product_dims' or 'held'")
         self.next_id += 1
         request = {"id": self.next_id, "question": question, "function": function, "seconds": seconds,
-                   "args": wire.to_plain(list(args)), "kwargs": wire.to_plain(kwargs), "measure": measure}
+                   "args": wire.to_plain(list(args)), "kwargs": wire.to_plain(kwargs), "measure": measure is not None}
         self._send((json.dumps(request) + "\n").encode(), seconds + self.grace)
         reply = self.receive(seconds + self.grace)
         if reply.get("event") != "reply" or reply.get("id") != self.next_id:
@@ -280,12 +283,13 @@ class StudentProcess:
         if reply.get("error") is not None:
             raise student_exception(reply.get("error_type"), f"{function} raised {str(reply['error'])[:2000]}")
         value = wire.from_plain(reply.get("value"))  # NotPlain (a failed test) if malformed
-        if not measure:
+        if measure is None:
             return value
-        largest = reply.get("largest")
-        if type(largest) is not int:
-            raise ProcessLost(f"answered a measured call of {function} without a size: {str(largest)[:80]!r}")
-        return value, largest
+        size = reply.get(measure)
+        ints = size if measure == "product_dims" and type(size) is list else [size]
+        if not all(type(n) is int for n in ints):
+            raise ProcessLost(f"answered a measured call of {function} without its {measure}: {str(size)[:80]!r}")
+        return value, size
 
 
 def interpreter() -> Path:
@@ -355,14 +359,24 @@ class Proxy:
         self.student, self.question, self.__name__, self.budget = student, question, name, budget
 
     def __call__(self, *args, **kwargs):
-        return self._call(args, kwargs, measure=False)
+        return self._call(args, kwargs, measure=None)
 
     def largest_tensor(self, *args, **kwargs):
         """``(result, n)``: the call, and the most numbers any tensor it created held (measured
-        in the student's process by a ``TorchDispatchMode``: ``tools.grading.worker.largest_tensor``)."""
-        return self._call(args, kwargs, measure=True)
+        in the student's process by a ``TorchFunctionMode``: ``tools.grading.worker.largest_tensor``)."""
+        return self._call(args, kwargs, measure="largest")
 
-    def _call(self, args, kwargs, measure: bool):
+    def product_dims(self, *args, **kwargs):
+        """``(result, sizes)``: the call, and the sorted sizes of every dimension of what its matrix
+        products, ``exp`` and softmaxes returned (``tools.grading.worker.largest_tensor``)."""
+        return self._call(args, kwargs, measure="product_dims")
+
+    def held(self, *args, **kwargs):
+        """``(result, n)``: the call, and the most numbers one tensor held on a ``grad_fn`` it touched
+        held (saved tensors and a custom Function's ``ctx`` attributes: ``tools.grading.worker.largest_tensor``)."""
+        return self._call(args, kwargs, measure="held")
+
+    def _call(self, args, kwargs, measure: str | None):
         if self.budget[0] <= 0:
             raise QuestionTimeLimit(f"no time left for {self.__name__}")
         start = time.monotonic()

@@ -159,27 +159,65 @@ def _recorder(watched: dict[int, str]):
 
 
 # ------------------------------------------------------------------ measuring a call
+PRODUCTS = frozenset({"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "baddbmm", "addmm", "addbmm",
+                      "einsum", "tensordot", "mv", "inner", "outer", "ger", "linear",
+                      "exp", "exp_", "softmax", "log_softmax", "_softmax"})  # what makes or weighs scores
+
+
 @contextmanager
 def largest_tensor():
     """Within the block, ``spy["numel"]`` is the most numbers any tensor that a torch function,
     method or operator returned held: a test asks for it (``Proxy.largest_tensor``) to check that
-    an answer never builds a tensor as large as the one its question forbids. A
-    ``TorchFunctionMode``: a ``TorchDispatchMode`` would cost its first use 15 s of imports."""
+    an answer never builds a tensor as large as the one its question forbids.
+    ``spy["product_dims"]`` is the sorted sizes of every dimension of what a matrix product, an
+    ``exp`` or a softmax returned (``PRODUCTS``; ``Proxy.product_dims``): a tiled answer never
+    gives one a dimension as long as all the keys. ``spy["held"]`` is the most numbers one
+    tensor (or NumPy array) held on the ``grad_fn`` of a tensor the call touched, among its
+    saved tensors and its attributes (a custom ``autograd.Function``'s ``ctx``; ``Proxy.held``).
+    A ``TorchFunctionMode``: a ``TorchDispatchMode`` would cost its first use 15 s of imports."""
     import torch
     from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_leaves
 
-    spy = {"numel": 0}
+    spy = {"numel": 0, "product_dims": set(), "held": 0}
+    seen_nodes: set[int] = set()
+
+    def size(x) -> int:
+        if isinstance(x, torch.Tensor):
+            return x.numel()
+        return int(getattr(x, "size", 0)) if type(x).__module__ == "numpy" else 0
+
+    def look_at(node) -> None:  # a grad_fn: what it holds
+        if node is None or id(node) in seen_nodes:
+            return
+        seen_nodes.add(id(node))
+        held = list(getattr(node, "__dict__", {}).values())
+        try:
+            held += list(getattr(node, "saved_tensors", ()) or ())
+        except RuntimeError:  # freed by a backward already
+            pass
+        for leaf in tree_leaves(held):
+            spy["held"] = max(spy["held"], size(leaf))
 
     class Largest(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            for t in tree_leaves((args, kwargs or {})):
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                    look_at(t.grad_fn)
             out = func(*args, **(kwargs or {}))
+            product = getattr(func, "__name__", "") in PRODUCTS
             for t in out if isinstance(out, (tuple, list)) else (out,):
                 if isinstance(t, torch.Tensor):
                     spy["numel"] = max(spy["numel"], t.numel())
+                    if product:
+                        spy["product_dims"].update(t.shape)
+                    if t.grad_fn is not None:
+                        look_at(t.grad_fn)
             return out
 
     with Largest():
         yield spy
+    spy["product_dims"] = sorted(spy["product_dims"])
 
 
 # --------------------------------------------------------------------------- serving
@@ -198,7 +236,8 @@ def answer(request: dict, namespace: dict, library: dict[str, list[str]]) -> dic
             if request.get("measure"):
                 with largest_tensor() as spy:
                     result, reply["timed_out"] = call_with_limit(lambda: fn(*args, **kwargs), request["seconds"])
-                reply["largest"] = spy["numel"]
+                reply["largest"], reply["product_dims"], reply["held"] = (
+                    spy["numel"], spy["product_dims"], spy["held"])
             else:
                 result, reply["timed_out"] = call_with_limit(lambda: fn(*args, **kwargs), request["seconds"])
         if not reply["timed_out"]:
