@@ -286,6 +286,32 @@ def test_a_sandbox_gets_at_most_its_cpu_share(tmp_path):
     assert used < 1.2 * limits.cpus * seconds + 0.1, f"{used:.2f} CPU seconds in {seconds} s"
 
 
+@pytest.mark.parametrize("nice, weights", [(0, (1024, 100)), (19, (15, 1)), (10, (110, 11)), (-20, (88818, 8674))])
+def test_cpu_weights_follow_the_kernels_nice_table(nice, weights):
+    """The kernel gives nice 0, 10 and 19 the weights 1024, 110 and 15 (sched_prio_to_weight)."""
+    from tools.grading import sandbox
+    assert sandbox.cpu_weights(nice) == weights
+    with pytest.raises(ValueError, match="nice 20"):
+        sandbox.cpu_weights(20)
+
+
+def test_a_niced_graders_sandboxes_get_a_niced_weight(monkeypatch):
+    """``nice make grade`` reaches the notebooks: a sandbox's cpu cgroup made by a grader at nice
+    19 has the weight of nice 19, not the new cgroup's default of nice 0 (1024 shares). Found
+    grading a class niced beside timed runs: every sandbox competed at full weight."""
+    from tools.grading import sandbox
+    monkeypatch.setattr(sandbox.os, "getpriority", lambda which, who: 19)
+    cgroup = sandbox.SandboxCgroup.create(f"xfl-grade-test-nice-{os.getpid()}", 512, 1.0)
+    if cgroup is None or "cpu" not in cgroup.controllers:
+        pytest.fail("no cpu cgroup can be made here (run as root with a cpu controller)")
+    try:
+        weights = {p.name: (p / f).read_text().strip() for p in cgroup.paths
+                   for f in ("cpu.shares", "cpu.weight") if (p / f).exists()}
+    finally:
+        cgroup.remove()
+    assert set(weights.values()) in ({"15"}, {"1"}), weights
+
+
 def test_keys_a_uid_left_behind_are_cleared(tmp_path):
     """Without the seccomp filter (a machine it does not know) a sandbox's keys would stay with
     its uid: ``clear_keys`` empties them once the sandbox ended."""

@@ -27,7 +27,8 @@ create cgroups (``SandboxCgroup``: cgroup v1's memory and cpu controllers, or v2
 ``memory``/``cpu`` are enabled below the grader's own cgroup), every process of the sandbox is in
 a cgroup of ``sandbox_memory_mb`` (the kernel's OOM killer ends a process of that sandbox, never
 the grader's) and of at most ``cpus`` CPUs' time (``cpu.cfs_quota_us`` / ``cpu.max``), so a
-notebook that spins many processes slows only itself. Elsewhere the bound is ``processes`` x ``memory_mb`` of address space (64 x 4 GiB at
+notebook that spins many processes slows only itself; its CPU weight is the grader's niceness's
+(``cpu_weights``), so a niced grader's notebooks yield to other work as the grader does. Elsewhere the bound is ``processes`` x ``memory_mb`` of address space (64 x 4 GiB at
 the defaults): what the per-process limits give together, far more than a machine has.
 
 Without ``bwrap`` (Debian: ``apt-get install bubblewrap``) or where it cannot start, the grader
@@ -123,6 +124,7 @@ def _cgroup_bases(memory_mb: int, cpus: float | None) -> list[tuple[Path, dict[s
     hierarchies, or v2 where the grader's cgroup lets children have ``memory`` and ``cpu``."""
     memory = str(memory_mb << 20)
     quota = None if cpus is None else str(max(1000, int(cpus * CPU_PERIOD_US)))
+    shares, weight = cpu_weights(os.getpriority(os.PRIO_PROCESS, 0))
     found = []
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -139,15 +141,29 @@ def _cgroup_bases(memory_mb: int, cpus: float | None) -> list[tuple[Path, dict[s
             mount = next((m for m in (Path("/sys/fs/cgroup") / names, Path("/sys/fs/cgroup/cpu")) if m.is_dir()), None)
             base = mount / path.lstrip("/") if mount else None
             if base and (base / "cpu.cfs_quota_us").exists():
-                found.append((base, {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": quota}))
+                found.append((base, {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": quota,
+                                     "cpu.shares": str(shares)}))
         if names == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
             v2 = Path("/sys/fs/cgroup") / path.lstrip("/")
             enabled = _read(v2 / "cgroup.subtree_control").split()
             settings = ({"memory.max": memory} if "memory" in enabled else {}) | \
-                       ({"cpu.max": f"{quota} {CPU_PERIOD_US}"} if "cpu" in enabled and quota else {})
+                       ({"cpu.max": f"{quota} {CPU_PERIOD_US}", "cpu.weight": str(weight)}
+                        if "cpu" in enabled and quota else {})
             if settings:
                 found.append((v2, settings))
     return found
+
+
+def cpu_weights(nice: int) -> tuple[int, int]:
+    """The grader's niceness as a sandbox cgroup's CPU weight: (v1 ``cpu.shares``, v2
+    ``cpu.weight``). A new cgroup gets the weight of nice 0 whatever its creator's niceness (and
+    bwrap's ``--new-session`` a new autogroup), so ``nice make grade`` would not reach the
+    notebooks; this is the kernel's weight for ``nice`` (about 1.25x less per step: 1024 and
+    100 at 0, 15 and 1 at 19)."""
+    if not -20 <= nice <= 19:
+        raise ValueError(f"nice {nice!r}: expected an integer from -20 to 19")
+    factor = 1.25 ** -nice
+    return max(2, round(1024 * factor)), min(10_000, max(1, round(100 * factor)))
 
 
 def _read(path: Path) -> str:
