@@ -188,6 +188,66 @@ def test_a_cpu_run_is_stored_with_where_when_and_how_long_on_its_first_line(book
                           "executed 2026-11-24, 9.1 min wall")
 
 
+def stored_cpu_run(book: Path, folder: Path) -> Path:
+    """The tiny chapter with a cpu banner cell (``cpu_minutes=9``), executed and stored."""
+    source = TINY_MD.replace('print("executed by the book build")',
+                             'print(run_banner(fast_minutes=1, t4_minutes=2, cpu_minutes=9))')
+    (book / f"{TINY}.md").write_text(source, encoding="utf-8")
+    return executed.store(executed_notebook(book, folder, banner=CPU_BANNER), root=book)
+
+
+def outputs_of(path: Path) -> list:
+    return [c.outputs for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+def test_restamp_carries_a_run_over_to_edited_prose_and_a_corrected_estimate(book, tmp_path_factory):
+    stored = stored_cpu_run(book, tmp_path_factory.mktemp("runs"))
+    before = outputs_of(stored)
+    source = (book / f"{TINY}.md").read_text(encoding="utf-8")
+    edited = source.replace("# A tiny chapter", "# A tiny chapter\n\nA new sentence.")
+    edited = edited.replace("cpu_minutes=9)", "cpu_minutes=12.5)")
+    (book / f"{TINY}.md").write_text(edited, encoding="utf-8")
+    assert [s.state for s in executed.chapter_states(book)] == ["stale"]
+
+    assert executed.restamp(TINY, root=book) == stored
+    assert [s.state for s in executed.chapter_states(book)] == ["fresh"]
+    nb = nbformat.read(stored, as_version=4)
+    assert "A new sentence." in nb.cells[0].source
+    banner, figure = outputs_of(stored)
+    assert banner[0].text.startswith(CPU_BANNER.strip().replace("about 9 min", "about 12.5 min"))
+    assert "| stored run: cpu profile" in banner[0].text  # the run's own stamp is kept
+    assert figure == before[1]
+    assert nb.metadata["xfl_executed"]["restamped"]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (('"a figure"', '"another"'), "a code cell changed ('picture = "),
+    (("cpu_minutes=9)", "cpu_minutes=9, fast=2)"), "a code cell changed ('print(run_banner"),
+    (("```{code-cell} ipython3\npicture", "```{code-cell} ipython3\nx = 1\n```\n\n```{code-cell} ipython3\npicture"),
+     "3 code cells, its stored run 2"),
+])
+def test_restamp_refuses_a_changed_code_cell_and_writes_nothing(book, tmp_path_factory, edit, message):
+    stored = stored_cpu_run(book, tmp_path_factory.mktemp("runs"))
+    before = stored.read_bytes()
+    source = (book / f"{TINY}.md").read_text(encoding="utf-8")
+    (book / f"{TINY}.md").write_text(source.replace(*edit), encoding="utf-8")
+    with pytest.raises(StoreError, match=message.replace("(", r"\(")):
+        executed.restamp(TINY, root=book)
+    assert stored.read_bytes() == before
+
+
+def test_restamp_keeps_a_gpu_runs_banner_as_its_code_printed_it(book, tmp_path_factory):
+    source = TINY_MD.replace('print("executed by the book build")',
+                             'print(run_banner(fast_minutes=1, t4_minutes=2, cpu_minutes=9))')
+    (book / f"{TINY}.md").write_text(source, encoding="utf-8")
+    stored = executed.store(executed_notebook(book, tmp_path_factory.mktemp("runs")), root=book)
+    before = stored.read_bytes()
+    (book / f"{TINY}.md").write_text(source.replace("cpu_minutes=9", "cpu_minutes=12"), encoding="utf-8")
+    with pytest.raises(StoreError, match="a code cell changed"):
+        executed.restamp(TINY, root=book)
+    assert stored.read_bytes() == before
+
+
 def test_a_cpu_run_does_not_replace_a_fresh_gpu_run(book, tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     stored = executed.store(executed_notebook(book, runs), root=book)

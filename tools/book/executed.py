@@ -10,6 +10,7 @@ since; *none*: nothing stored) in the profile it picks. A stale notebook is neve
 Commands (from the repository root):
     python -m tools.book.executed execute CHAPTER.ipynb [...] --out DIR   # run chapters, keep outputs
     python -m tools.book.executed store DIR/NAME.ipynb [...]               # check, shrink, store
+    python -m tools.book.executed restamp chapters/<folder>/<name> [...]  # prose edited since the run
     python -m tools.book.executed status                                  # fresh / stale / none
     python -m tools.book.executed times [-o bench/results/gpu_chapters.json]   # the stored run times
 
@@ -20,7 +21,9 @@ one whose cells differ from the chapter's current source, a fast-profile run (un
 ``--allow-fast``) and a cpu-profile run in place of a fresh full-profile one (the book shows the
 largest run available); it writes nothing unless everything passes, and writes atomically. It
 appends to the chapter's first output line (its run banner) where, when and how long the stored
-run ran, so the reader sees it first.
+run ran, so the reader sees it first. `restamp` carries a stored run over to a source whose prose
+changed since (or the cpu estimate of its banner, set from the run's own wall time); a changed
+code cell makes it refuse: the outputs must be what the current code prints.
 For the book build, `tools/book/config.py` reads :func:`chapter_states`, and this module is a
 Sphinx extension only so that myst-nb can import :func:`read_stored`.
 """
@@ -282,6 +285,65 @@ def store(executed: Path, root: Path = ROOT, allow_fast: bool = False) -> Path:
     return destination
 
 
+CPU_MINUTES = re.compile(r"cpu_minutes=([\d.]+)")
+
+
+def _banner_estimate_only(before: str, after: str) -> tuple[float, float] | None:
+    """(old, new) cpu_minutes if the two code cells differ in that number alone, else None."""
+    old, new = CPU_MINUTES.search(before), CPU_MINUTES.search(after)
+    if old is None or new is None or CPU_MINUTES.sub("", before) != CPU_MINUTES.sub("", after):
+        return None
+    return float(old[1]), float(new[1])
+
+
+def _restate_estimate(outputs: list, old: float, new: float) -> None:
+    """Rewrite the banner's printed cpu estimate, ``about <old> min on a 2-core CPU`` (in place)."""
+    said, now = f"about {old:g} min on a 2-core CPU", f"about {new:g} min on a 2-core CPU"
+    found = [o for o in outputs if o.get("output_type") == "stream" and said in "".join(o["text"])]
+    if len(found) != 1:
+        raise StoreError(f"the banner's output does not say {said!r} once: execute it again")
+    found[0]["text"] = "".join(found[0]["text"]).replace(said, now, 1)
+
+
+def restamp(chapter: str, root: Path = ROOT) -> Path:
+    """Carry a stored cpu or full run over to its chapter's edited text; return its path.
+
+    Allowed: any change of the prose (markdown cells), and a new ``cpu_minutes`` in the banner of
+    a cpu-profile run (the estimate its own wall time corrects: the printed estimate is rewritten
+    to match). Every other code cell must be unchanged, so every output is what that code printed.
+    The notebook takes the current cells, keeps its outputs and records the restamp's date.
+    """
+    import jupytext
+
+    path = stored_path(chapter, root)
+    if not path.exists():
+        raise StoreError(f"{chapter} has no stored run to restamp: execute it and store it")
+    read_meta(path)  # a malformed stored notebook is refused
+    stored = nbformat.read(path, as_version=4)
+    meta = stored.metadata[META]
+    text = (root / f"{chapter}.md").read_text(encoding="utf-8")
+    current = jupytext.reads(text, fmt="md:myst")
+    before = [c for c in stored.cells if c.cell_type == "code"]
+    after = [c for c in current.cells if c.cell_type == "code"]
+    if len(before) != len(after):
+        raise StoreError(f"{chapter}.md has {len(after)} code cells, its stored run "
+                         f"{len(before)}: execute it again")
+    for old_cell, new_cell in zip(before, after):
+        new_cell.outputs, new_cell.execution_count = old_cell.outputs, None
+        if old_cell.source.strip() == new_cell.source.strip():
+            continue
+        estimate = _banner_estimate_only(old_cell.source, new_cell.source)
+        if estimate is None or meta.get("profile") != "cpu":
+            first = new_cell.source.strip().splitlines()[0] if new_cell.source.strip() else ""
+            raise StoreError(f"a code cell changed ({first[:60]!r}): execute it again")
+        _restate_estimate(new_cell.outputs, *estimate)
+    current.metadata = stored.metadata
+    meta.update(source_sha256=source_sha256(text),
+                restamped=datetime.now(timezone.utc).strftime("%Y-%m-%d"))
+    write_text_atomic(path, nbformat.writes(current) + "\n")
+    return path
+
+
 def execute(notebook: Path, out: Path, timeout: int = CELL_TIMEOUT_S) -> Path:
     """Run a chapter's notebook in its folder; write it, outputs included, to ``out``.
 
@@ -343,6 +405,18 @@ def _status(root: Path) -> int:
     return 1 if unexpected else 0
 
 
+def _restamp(chapters: list[str]) -> int:
+    failed = 0
+    for chapter in chapters:
+        chapter = str(Path(chapter).with_suffix(""))
+        try:
+            print(f"restamped {chapter} -> {restamp(chapter).relative_to(ROOT)}")
+        except StoreError as error:
+            print(f"error: {chapter}: not restamped: {error}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -353,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     keep = commands.add_parser("store", help="store executed notebooks in book/executed/")
     keep.add_argument("notebooks", nargs="+", type=Path)
     keep.add_argument("--allow-fast", action="store_true", help="store a fast-profile run too")
+    again = commands.add_parser("restamp", help="carry stored runs over to edited prose")
+    again.add_argument("chapters", nargs="+", help="chapters/<folder>/<name>")
     commands.add_parser("status", help="fresh / stale / none, per chapter")
     record = commands.add_parser("times", help="write the stored runs' times as JSON")
     record.add_argument("-o", "--output", type=Path, default=TIMES)
@@ -363,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomic(args.output, json.dumps(times(), indent=2) + "\n")
         print(f"wrote {args.output}")
         return 0
+    if args.command == "restamp":
+        return _restamp(args.chapters)
     if args.command == "execute":
         for notebook in args.notebooks:
             print(f"executed {notebook} -> {execute(notebook, args.out, args.timeout)}", flush=True)
