@@ -44,6 +44,16 @@ def rope(x, start=0, base=10000.0):
     even, odd = x[..., 0::2], x[..., 1::2]
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 ''',
+        "angles in float32 (torch.arange's default dtype), though the question asks for float64": '''
+def rope(x, start=0, base=10000.0):
+    L, d = x.shape[-2:]
+    omega = base ** (-torch.arange(0, d, 2) / d)
+    angle = torch.arange(start, start + L)[:, None] * omega
+    out = x.clone()
+    out[..., 0::2] = x[..., 0::2] * angle.cos() - x[..., 1::2] * angle.sin()
+    out[..., 1::2] = x[..., 0::2] * angle.sin() + x[..., 1::2] * angle.cos()
+    return out
+''',
     },
     "q3": {
         "gates the value branch (SiLU on x V^T, not on x W^T)": '''
@@ -102,6 +112,38 @@ def gqa_step(x, wq, wk, wv, k_cache, v_cache, num_heads):
     out = torch.softmax(q @ k_cache.transpose(-2, -1) / math.sqrt(x.shape[-1]), dim=-1) @ v_cache
     return out.reshape(B, 1, num_heads * d_h), k_cache, v_cache
 ''',
+        "right outputs, but calls its own repeat_kv (Question 4) on the caches": '''
+def gqa_step(x, wq, wk, wv, k_cache, v_cache, num_heads):
+    B, G, T, d_h = k_cache.shape
+    q = (x @ wq.T).view(B, num_heads, 1, d_h)
+    k_cache = torch.cat([k_cache, (x @ wk.T).view(B, G, 1, d_h)], dim=2)
+    v_cache = torch.cat([v_cache, (x @ wv.T).view(B, G, 1, d_h)], dim=2)
+    k, v = repeat_kv(k_cache, num_heads), repeat_kv(v_cache, num_heads)
+    out = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_h), dim=-1) @ v
+    return out.reshape(B, 1, num_heads * d_h), k_cache, v_cache
+''',
+        "right outputs, but repeats the cache inline with repeat_interleave": '''
+def gqa_step(x, wq, wk, wv, k_cache, v_cache, num_heads):
+    B, G, T, d_h = k_cache.shape
+    q = (x @ wq.T).view(B, num_heads, 1, d_h)
+    k_cache = torch.cat([k_cache, (x @ wk.T).view(B, G, 1, d_h)], dim=2)
+    v_cache = torch.cat([v_cache, (x @ wv.T).view(B, G, 1, d_h)], dim=2)
+    k = k_cache.repeat_interleave(num_heads // G, dim=1)
+    v = v_cache.repeat_interleave(num_heads // G, dim=1)
+    out = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_h), dim=-1) @ v
+    return out.reshape(B, 1, num_heads * d_h), k_cache, v_cache
+''',
+        "right outputs, but scores as a broadcast product over d_h (a repeated-size tensor)": '''
+def gqa_step(x, wq, wk, wv, k_cache, v_cache, num_heads):
+    B, G, T, d_h = k_cache.shape
+    group = num_heads // G
+    q = (x @ wq.T).view(B, G, group, 1, d_h)
+    k_cache = torch.cat([k_cache, (x @ wk.T).view(B, G, 1, d_h)], dim=2)
+    v_cache = torch.cat([v_cache, (x @ wv.T).view(B, G, 1, d_h)], dim=2)
+    scores = (q * k_cache[:, :, None]).sum(-1) / math.sqrt(d_h)  # (B, G, group, T + 1)
+    out = torch.softmax(scores, dim=-1) @ v_cache
+    return out.reshape(B, 1, num_heads * d_h), k_cache, v_cache
+''',
     },
     "q6": {
         "multiplies the base by scale (the slowest pair slows by less than scale)": '''
@@ -145,6 +187,39 @@ def ntk_base(base, scale, head_dim):
     if scale < 0.5 or head_dim < 4 or head_dim % 2:
         raise ValueError(f"bad arguments: scale={scale}, head_dim={head_dim}")
     return float(base * scale ** (head_dim / (head_dim - 2)))
+''',
+    },
+}
+
+RIGHT_ANSWERS: dict[str, dict[str, str]] = {  # other methods than the solution's: every point
+    "q2": {
+        "angles in x's dtype (float64 here), written into a clone by slices": '''
+def rope(x, start=0, base=10000.0):
+    L, d = x.shape[-2:]
+    omega = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    angle = torch.arange(start, start + L, dtype=x.dtype)[:, None] * omega
+    out = x.clone()
+    out[..., 0::2] = x[..., 0::2] * angle.cos() - x[..., 1::2] * angle.sin()
+    out[..., 1::2] = x[..., 0::2] * angle.sin() + x[..., 1::2] * angle.cos()
+    return out
+''',
+    },
+    "q5": {
+        "one query head at a time, each reading its kv head (no copy of the cache)": '''
+def gqa_step(x, wq, wk, wv, k_cache, v_cache, num_heads):
+    B, G, T, d_h = k_cache.shape
+    group = num_heads // G
+    q = (x @ wq.T).view(B, num_heads, d_h)
+    k_cache = torch.cat([k_cache, (x @ wk.T).view(B, G, 1, d_h)], dim=2)
+    v_cache = torch.cat([v_cache, (x @ wv.T).view(B, G, 1, d_h)], dim=2)
+    heads = []
+    for h in range(num_heads):
+        k, v = k_cache[:, h // group], v_cache[:, h // group]  # (B, T + 1, d_h)
+        scores = (k @ q[:, h, :, None]).squeeze(-1) / math.sqrt(d_h)  # (B, T + 1)
+        weights = torch.softmax(scores, dim=-1)
+        heads.append((weights[:, None, :] @ v).squeeze(1))  # (B, d_h)
+    out = torch.stack(heads, dim=1)  # (B, H, d_h)
+    return out.reshape(B, 1, num_heads * d_h), k_cache, v_cache
 ''',
     },
 }
