@@ -150,6 +150,9 @@ class FakeJudge:
             raise KeyboardInterrupt("the grader dies here")
         if job["student"] == "faulty":
             raise RuntimeError("a fault of the grader's on this one notebook")
+        if job["student"] == "busy":  # its process never started (judge.grade_notebook's grade_again)
+            return {"scores": {"q1": 0.0}, "cases": {}, "notes": ["q1: not graded: did not start"],
+                    "limited": False, "grade_again": True}
         if job["student"] == "d":  # cut short by a time limit
             return {"scores": {"q1": 0.0}, "cases": {}, "notes": ["killed: the notebook's time budget ran out"],
                     "limited": True}
@@ -224,6 +227,50 @@ def test_a_result_cut_by_a_time_limit_says_so_and_is_counted_when_kept(fake_run,
     assert details["kept_from_earlier_runs"] == 4 and details["kept_cut_by_time_limits"] == 1
     assert details["students"][collect_id("d")]["limited"] is True
     assert "4 results of an earlier run" in capsys.readouterr().err
+
+
+class NeverStarts:
+    """A student's process that sent nothing before the grader gave up (a starved machine)."""
+    made = 0
+
+    def __init__(self, cells, *args):
+        NeverStarts.made += 1
+        self.started = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def run_cells(self):
+        return [], "killed after 100 s without progress", []
+
+
+def test_a_process_that_never_started_drops_no_cell_and_is_graded_again(monkeypatch, tmp_path):
+    """Grading a class niced beside other work, an honest notebook's process did not start within
+    100 s: its first cell was blamed and dropped, then the next, until the budget ran out (0/13,
+    kept by reruns). No student code runs before ``started``, so nothing is dropped: the row
+    says why and the next run grades it."""
+    monkeypatch.setattr(judge, "StudentProcess", NeverStarts)
+    NeverStarts.made = 0
+    cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": f"x{i} = {i}"}
+             for i in range(3)]
+    text = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
+    grade = judge.grade_notebook("x", text, [judge.Question("q1", 1.0, "")], 60.0, 10.0, tmp_path / "x.log",
+                                 sandbox=student.Sandbox(enabled=False))
+    assert NeverStarts.made == 1 and grade.grade_again and grade.scores == {"q1": 0.0}
+    assert not any("graded again without it" in n for n in grade.notes), grade.notes
+    assert any(n.startswith("q1: not graded: the notebook's process did not start") for n in grade.notes), grade.notes
+
+
+def test_a_notebook_whose_process_never_started_is_graded_again_by_a_rerun(fake_run):
+    run, subs, out = fake_run
+    (subs / "busy.ipynb").write_text(json.dumps({"name": "busy"}))
+    run()
+    FakeJudge.calls = []
+    run()
+    assert FakeJudge.calls == ["busy", "faulty"], FakeJudge.calls
 
 
 def collect_id(student_name: str) -> str:

@@ -180,6 +180,7 @@ def grade_one(sub: Submission, store: ResultStore, judges: dict[int, Judge], con
             judges[job["slot"]] = Judge(config)
         result = judges[job["slot"]].grade(job | {"text": text}, seconds)
         grade.scores, grade.cases, grade.limited = result["scores"], result["cases"], bool(result.get("limited"))
+        failed = bool(result.get("grade_again"))  # its process never started: the machine, not the notebook
         for note in result["notes"]:
             grade.note(note)
     except Exception as e:  # a judge that died or overran, a grader fault: this student's note

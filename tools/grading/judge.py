@@ -148,7 +148,8 @@ def grade_notebook(student: str, text: str, questions: list[Question], limit: fl
     """Grade one notebook (its JSON ``text``). A cell that kills or ends the student's process
     is dropped and the notebook runs again; a question whose tests do so scores 0 and the
     others run again. All its processes together get ``budget`` seconds (``notebook_budget``),
-    after which grading stops and what is not graded scores 0."""
+    after which grading stops and what is not graded scores 0. A process that never started (no
+    event: no student code had run) drops no cell: the grade is marked ``grade_again``."""
     grade = Grade(student, {q.name: 0.0 for q in questions})
     cells = read_notebook(text, grade, assignment)
     if cells is None:
@@ -160,6 +161,11 @@ def grade_notebook(student: str, text: str, questions: list[Question], limit: fl
         with StudentProcess(cells, limit, grace, log_path, library or {}, sandbox or Sandbox(), slot,
                             end - time.monotonic()) as proc:
             ran, stopped, functions = proc.run_cells()
+            if stopped and not proc.started:  # no student code ran: the machine's fault, not a cell's
+                grade.grade_again = True
+                why = (f"the notebook's process did not start ({stopped}; a busy machine?); no cell of it ran, "
+                       "and a rerun grades it again")
+                break
             for e in ran:
                 if e.get("timed_out") is True:
                     grade.limited = True
@@ -235,7 +241,7 @@ def serve(lines, out) -> None:
                                Path(job["log"]), assignment, config["library"], sandbox, job["slot"],
                                config["budget"])
         out.write(json.dumps({"scores": grade.scores, "cases": grade.cases, "notes": grade.notes,
-                              "limited": grade.limited}) + "\n")
+                              "limited": grade.limited, "grade_again": grade.grade_again}) + "\n")
         out.flush()
 
 

@@ -49,6 +49,7 @@ class Grade:
     notes: list[str] = field(default_factory=list)
     id: str = ""  # record_id of the raw name
     limited: bool = False  # a time limit or the budget of this run cut its grading
+    grade_again: bool = False  # not the notebook's doing (its process never started): a rerun grades it
 
     def note(self, text: str) -> None:
         """Add a note (capped in length and in number)."""

@@ -215,8 +215,10 @@ class StudentProcess:
         """(cell events, why the process stopped early or None, the functions it defines). The
         cells share a deadline fixed at the start; events must come one per cell, in order."""
         cells, step = [], self.limit + self.grace
+        self.started = False  # any event came: the worker started (it sends ``started`` before any cell)
         try:
             event = self.receive(step + STARTUP_S, self.cells_deadline)
+            self.started = True
             if event["event"] == "started":
                 event = self.receive(step, self.cells_deadline)
             while event["event"] == "cell":
