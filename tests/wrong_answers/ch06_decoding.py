@@ -15,6 +15,26 @@ def prune_beams(scores, lengths, log_probs, done, alpha, pad):
     return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
 '''
 
+_WINDOW = '''
+def window_cache_attention(q, k, v, cache_k, cache_v, window):
+    c, L = cache_k.shape[2], q.shape[2]
+    keys = torch.cat([cache_k, k], dim=2)
+    values = torch.cat([cache_v, v], dim=2)
+    i = torch.arange(L, device=q.device)[:, None] + c
+    j = torch.arange(c + L, device=q.device)[None, :]
+    sees = (j <= i) & (j > i - window)
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    out = scores.masked_fill(~sees, float("-inf")).softmax(dim=-1) @ values
+    B, h, _, d = out.shape
+    return out.transpose(1, 2).reshape(B, L, h * d), keys[:, :, -window:], values[:, :, -window:]
+'''
+
+
+def _window(old: str, new: str) -> str:
+    """The right sliding-window cache step with one mistake: ``old`` replaced by ``new``."""
+    assert _WINDOW.count(old) == 1, old
+    return _WINDOW.replace(old, new)
+
 
 def _prune(old: str, new: str) -> str:
     """The right beam pruning with one line's mistake: ``old`` replaced by ``new``."""
@@ -88,34 +108,34 @@ def greedy_step(log_probs, scores, done, pad, eos):
 """,
     },
     "q3": {
-        "no scaling by sqrt(d)": """
-def cached_attention(q, k, v, keep):
-    scores = (q @ k.transpose(-2, -1)).masked_fill(~keep[:, None, None, :], float("-inf"))
-    return scores.softmax(dim=-1) @ v
-""",
-        "padding not masked": """
-def cached_attention(q, k, v, keep):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    return scores.softmax(dim=-1) @ v
-""",
-        "scaled by sqrt(t), the number of keys": """
-def cached_attention(q, k, v, keep):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-2])
-    scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
-    return scores.softmax(dim=-1) @ v
-""",
-        "a causal mask of its own (the one query sees only the first key)": """
-def cached_attention(q, k, v, keep):
-    t = k.shape[-2]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    allowed = torch.ones(1, t, dtype=torch.bool).tril() & keep[:, None, None, :]
-    return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1) @ v
-""",
-        "the mean of the values (uniform weights)": """
-def cached_attention(q, k, v, keep):
-    w = keep[:, None, None, :].to(v.dtype)
-    return (w / w.sum(-1, keepdim=True)) @ v
-""",
+        "concatenates along the width, not the positions": _window(
+            "keys = torch.cat([cache_k, k], dim=2)", "keys = torch.cat([cache_k, k], dim=-1)"),
+        "concatenates along the heads": _window(
+            "values = torch.cat([cache_v, v], dim=2)", "values = torch.cat([cache_v, v], dim=1)"),
+        "the window one position too wide (sees W + 1 keys)": _window(
+            "(j > i - window)", "(j >= i - window)"),
+        "the window one position too narrow (sees W - 1 keys)": _window(
+            "(j > i - window)", "(j > i - window + 1)"),
+        "keeps W + 1 positions in the cache": _window(
+            "keys[:, :, -window:], values[:, :, -window:]",
+            "keys[:, :, -window - 1:], values[:, :, -window - 1:]"),
+        "keeps W - 1 positions in the cache": _window(
+            "keys[:, :, -window:], values[:, :, -window:]",
+            "keys[:, :, -(window - 1):], values[:, :, -(window - 1):]"),
+        "cuts the cache to W before the chunk attends (early chunk tokens lose keys)": _window(
+            "    i = torch.arange(L, device=q.device)[:, None] + c",
+            "    keys, values = keys[:, :, -window:], values[:, :, -window:]\n"
+            "    c = keys.shape[2] - L\n"
+            "    i = torch.arange(L, device=q.device)[:, None] + c"),
+        "merges the heads by reshape without the transpose": _window(
+            "out.transpose(1, 2).reshape(B, L, h * d)", "out.reshape(B, L, h * d)"),
+        "no scaling by sqrt(d)": _window(
+            "scores = q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])",
+            "scores = q @ keys.transpose(-2, -1)"),
+        "no causal mask, as for one new token: a chunk's token sees its later ones": _window(
+            "sees = (j <= i) & (j > i - window)", "sees = j > i - window"),
+        "the causal mask without the cache's offset (new token i sees keys j <= i)": _window(
+            "sees = (j <= i) & (j > i - window)", "sees = (j <= i - c) & (j > i - window)"),
     },
     "q4": {
         "ranks by the raw sum (the penalty only at the final choice)": _prune(
@@ -139,5 +159,25 @@ def cached_attention(q, k, v, keep):
         "GNMT's length penalty ((5 + length) / 6) ** alpha instead of length ** alpha": _prune(
             "ranking = new_scores / new_lengths.to(new_scores.dtype) ** alpha",
             "ranking = new_scores / ((5 + new_lengths.to(new_scores.dtype)) / 6) ** alpha"),
+    },
+}
+
+RIGHT_ANSWERS: dict[str, dict[str, str]] = {
+    "q3": {
+        "token by token, each new query over the slice of its own last window keys": """
+def window_cache_attention(q, k, v, cache_k, cache_v, window):
+    keys, values = torch.cat([cache_k, k], 2), torch.cat([cache_v, v], 2)
+    c, L = cache_k.shape[2], q.shape[2]
+    outs = []
+    for i in range(L):
+        end = c + i + 1
+        start = max(end - window, 0)
+        w = (q[:, :, i:i + 1] @ keys[:, :, start:end].transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-1)
+        outs.append(w @ values[:, :, start:end])
+    out = torch.cat(outs, 2)
+    out = torch.cat([out[:, head] for head in range(out.shape[1])], -1)
+    n = min(c + L, window)
+    return out, keys[:, :, c + L - n:], values[:, :, c + L - n:]
+""",
     },
 }
