@@ -7,6 +7,8 @@ Models are float64 (as in tests/test_decode.py), so the two paths agree to ~1e-1
 import pytest
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from test_decode import EOS, PAD, SOS, random_model, sources
 from xfl.attention import MultiHeadAttention, causal_mask, causal_padding_mask, newest_queries_mask
@@ -65,6 +67,46 @@ def test_kv_cache_grows_past_its_buffer_and_keeps_every_position():
     assert len(cache) == 150 and torch.equal(keys, k) and torch.equal(values, -k)
     cache.reorder(torch.tensor([1, 0]))
     assert torch.equal(cache.keys, k.flip(0)) and torch.equal(cache.values, -k.flip(0))
+
+
+class _WrittenElements(TorchDispatchMode):
+    """Counts the elements every operation writes (allocations and views left out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.written = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if "empty" not in func.__name__ and not func.is_view:
+            self.written += sum(x.numel() for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor))
+        return out
+
+
+def test_reorder_moves_the_used_positions_as_index_select_on_the_whole_buffer_did():
+    cache, k = KVCache(), torch.randn(5, 2, 7, 3)  # (B, h, t, d_h): 7 used of 64 positions
+    cache.append(k, -k)
+    rows = torch.tensor([4, 0, 0, 2, 1, 3])  # more rows than before, as a beam's first step
+    cache.reorder(rows)
+    assert torch.equal(cache.keys, k.index_select(0, rows)) and torch.equal(cache.values, -k[rows])
+    more = torch.randn(6, 2, 1, 3)
+    keys, _ = cache.append(more, more)  # the capacity is kept: appending still works
+    assert torch.equal(keys, torch.cat([k[rows], more], dim=2))
+
+
+def test_reorder_copies_only_the_used_positions_not_the_buffer():
+    """7 used positions of a 64-position buffer: a reorder writes keys and values of 7 (twice at
+    most: the selection, then its copy into the new buffer), never of 64."""
+    cache, k = KVCache(), torch.randn(4, 2, 7, 3)
+    cache.append(k, k)
+    stack = StackCache([cache])
+    stack.extend(torch.ones(4, 7, dtype=torch.bool))  # keep (4, 7) in a 64-position buffer
+    counter, rows = _WrittenElements(), torch.tensor([3, 2, 1, 0])
+    with counter:
+        stack.reorder(rows)
+    used = 2 * k.numel() + 4 * 7  # keys, values and keep of the used positions
+    assert used < counter.written <= 2 * used, counter.written  # whole buffers: 2*4*2*64*3 + 4*64
+    assert torch.equal(stack.keep, torch.ones(4, 7, dtype=torch.bool))
 
 
 def test_a_stack_cache_builds_a_mask_only_where_a_position_is_padding():

@@ -61,9 +61,24 @@ class KVCache:
         return self.keys, self.values
 
     def reorder(self, rows: Tensor) -> None:
-        """Row i becomes the old row ``rows[i]`` (beam search's parent beams): ``rows (B',)`` long."""
+        """Row i becomes the old row ``rows[i]`` (beam search's parent beams): ``rows (B',)`` long.
+        Only the t used positions are copied; the buffer keeps its capacity."""
         if self._keys is not None:
-            self._keys, self._values = (x.index_select(0, rows) for x in (self._keys, self._values))
+            self._keys, self._values = (_select_rows(x, rows, self._length, dim=2)
+                                        for x in (self._keys, self._values))
+
+
+def _select_rows(buffer: Tensor, rows: Tensor, used: int, dim: int) -> Tensor:
+    """A buffer of ``buffer``'s capacity whose row i holds the first ``used`` positions (along
+    ``dim``) of ``buffer``'s row ``rows[i]``; the free positions are left unwritten."""
+    if used == buffer.shape[dim]:  # a full buffer (the memory's keys and values): one copy
+        return buffer.index_select(0, rows)
+    shape = list(buffer.shape)
+    shape[0] = len(rows)
+    moved = buffer.new_empty(shape)  # (B', ..., capacity, ...)
+    if used:
+        moved.narrow(dim, 0, used).copy_(buffer.narrow(dim, 0, used).index_select(0, rows))
+    return moved
 
 
 def _longer(buffer: Tensor | None, new: Tensor, used: int, needed: int, dim: int) -> Tensor:
@@ -128,7 +143,8 @@ class StackCache:
         """Row i continues the old row ``rows[i]`` (beam search's parent beams); ``rows`` long."""
         for cache in self.layers + (self.memory or []):
             cache.reorder(rows)
-        self._keep = None if self._keep is None else self._keep.index_select(0, rows)
+        if self._keep is not None:
+            self._keep = _select_rows(self._keep, rows, self._length, dim=1)
         if self.memory_keep is not None:
             self.memory_keep = self.memory_keep.index_select(0, rows)
 
