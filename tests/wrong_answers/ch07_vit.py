@@ -101,6 +101,23 @@ def resize_positions(pos, old_grid, new_grid):
     resized = torch.nn.functional.interpolate(images, size=(new_r, new_c), mode="bilinear", align_corners=False)
     return resized.reshape(new_r * new_c, M)
 ''',
+        "grid read column-major, (cols, rows)": '''
+def resize_positions(pos, old_grid, new_grid):
+    (old_r, old_c), (new_r, new_c) = old_grid, new_grid
+    M = pos.shape[-1]
+    images = pos.T.reshape(1, M, old_c, old_r).transpose(-2, -1)
+    resized = torch.nn.functional.interpolate(images, size=(new_r, new_c), mode="bilinear", align_corners=False)
+    return resized.transpose(-2, -1).reshape(M, new_r * new_c).T
+''',
+        "antialias=True": '''
+def resize_positions(pos, old_grid, new_grid):
+    (old_r, old_c), (new_r, new_c) = old_grid, new_grid
+    M = pos.shape[-1]
+    images = pos.T.reshape(1, M, old_r, old_c)
+    resized = torch.nn.functional.interpolate(images, size=(new_r, new_c), mode="bilinear", align_corners=False,
+                                              antialias=True)
+    return resized.reshape(M, new_r * new_c).T
+''',
         "nearest neighbour instead of bilinear": '''
 def resize_positions(pos, old_grid, new_grid):
     (old_r, old_c), (new_r, new_c) = old_grid, new_grid
