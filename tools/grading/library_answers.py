@@ -75,12 +75,19 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
                                        "torch.Tensor.backward", "torch.autograd.forward_ad.make_dual",
                                        NO_AUTOGRAD]},
     },
-    "ch06_bleu": {
-        "q1": {"ngram_counts": ["xfl.bleu.ngram_counts"]},
-        "q2": {"clipped_precision": ["xfl.bleu.modified_precision", "xfl.bleu.clipped_matches"]},
-        "q3": {"brevity_penalty": ["xfl.bleu.brevity_penalty"]},
+    "ch06_bleu": {  # the exercises' intro puts NLTK's BLEU off limits in q1 to q3 as well
+        "q1": {"ngram_counts": ["xfl.bleu.ngram_counts", "nltk.util.ngrams", "nltk.util.everygrams"]},
+        "q2": {"clipped_precision": ["xfl.bleu.modified_precision", "xfl.bleu.clipped_matches",
+                                     "xfl.bleu.corpus_statistics",
+                                     "nltk.translate.bleu_score.modified_precision"]},
+        "q3": {"brevity_penalty": ["xfl.bleu.brevity_penalty",
+                                   "nltk.translate.bleu_score.brevity_penalty"]},
+        # q5: every xfl.bleu function that computes part of BLEU (the text allows other code)
         "q5": {"repeated_word_bleu": [None, "xfl.bleu.sentence_bleu", "xfl.bleu.corpus_bleu",
-                                      "xfl.bleu.modified_precision", "xfl.bleu.brevity_penalty"]},
+                                      "xfl.bleu.modified_precision", "xfl.bleu.brevity_penalty",
+                                      "xfl.bleu.clipped_matches", "xfl.bleu.closest_ref_length",
+                                      "xfl.bleu.corpus_statistics", "xfl.bleu.bleu_from_statistics",
+                                      "xfl.bleu.ngram_counts"]},
     },
     "ch06_decoding": {
         # q3's sliding-window cache step: no library function answers it; attention is blocked
