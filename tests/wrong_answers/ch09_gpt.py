@@ -52,6 +52,16 @@ def sampling_distribution(logits, temperature=1.0, top_k=None):
         probs = probs * (probs >= kth)
     return probs
 ''',
+        "accepts T = 0 (raises only for T < 0)": '''
+def sampling_distribution(logits, temperature=1.0, top_k=None):
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    logits = logits / max(temperature, 1e-6)
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return logits.softmax(-1)
+''',
     },
     "q4": {
         "an absolute threshold (p >= p_min), not one relative to the top probability": '''
@@ -117,6 +127,15 @@ def repetition_penalty(logits, generated, penalty):
     seen[generated.flatten()] = True
     pushed = torch.where(logits > 0, logits / penalty, logits * penalty)
     return torch.where(seen, pushed, logits)
+''',
+        "returns float32 whatever the dtype of logits": '''
+def repetition_penalty(logits, generated, penalty):
+    if penalty < 1:
+        raise ValueError(f"penalty must be >= 1, got {penalty}")
+    seen = torch.zeros(logits.shape, dtype=torch.bool)
+    seen.scatter_(-1, generated, True)
+    pushed = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, pushed, logits).float()
 ''',
     },
 }
