@@ -405,14 +405,14 @@ def _status(root: Path) -> int:
     return 1 if unexpected else 0
 
 
-def _restamp(chapters: list[str]) -> int:
+def _each(items: list, action, done: str) -> int:
+    """Apply ``action`` (item -> path written) to every item, saying what it wrote or why not."""
     failed = 0
-    for chapter in chapters:
-        chapter = str(Path(chapter).with_suffix(""))
+    for item in items:
         try:
-            print(f"restamped {chapter} -> {restamp(chapter).relative_to(ROOT)}")
+            print(f"{done} {item} -> {action(item).relative_to(ROOT)}")
         except StoreError as error:
-            print(f"error: {chapter}: not restamped: {error}", file=sys.stderr)
+            print(f"error: {item}: not {done}: {error}", file=sys.stderr)
             failed += 1
     return 1 if failed else 0
 
@@ -440,19 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.output}")
         return 0
     if args.command == "restamp":
-        return _restamp(args.chapters)
+        return _each([str(Path(c).with_suffix("")) for c in args.chapters], restamp, "restamped")
     if args.command == "execute":
         for notebook in args.notebooks:
             print(f"executed {notebook} -> {execute(notebook, args.out, args.timeout)}", flush=True)
         return 0
-    failed = 0
-    for notebook in args.notebooks:
-        try:
-            print(f"stored {notebook} -> {store(notebook, allow_fast=args.allow_fast).relative_to(ROOT)}")
-        except StoreError as error:
-            print(f"error: {notebook}: not stored: {error}", file=sys.stderr)
-            failed += 1
-    return 1 if failed else 0
+    return _each(args.notebooks, lambda notebook: store(notebook, allow_fast=args.allow_fast), "stored")
 
 
 if __name__ == "__main__":
