@@ -163,6 +163,50 @@ def greedy_step(log_probs, scores, done, pad, eos):
 }
 
 RIGHT_ANSWERS: dict[str, dict[str, str]] = {
+    "q2": {
+        "the page's lines, updating scores and done in place (scores +=, done |=)": """
+def greedy_step(log_probs, scores, done, pad, eos):
+    best, tokens = log_probs.max(dim=-1)
+    tokens = tokens.masked_fill(done, pad)
+    scores += best.masked_fill(done, 0.0)
+    done |= tokens == eos
+    return tokens, scores, done
+""",
+    },
+    "q4": {
+        "in float32 (the question names no dtype), the returned sums float32": """
+def prune_beams(scores, lengths, log_probs, done, alpha, pad):
+    B, K, V = log_probs.shape
+    log_probs = log_probs.float()
+    only_pad = torch.full((V,), float("-inf"))
+    only_pad[pad] = 0.0
+    new_scores = (scores.float()[..., None] + torch.where(done[..., None], only_pad, log_probs)).reshape(B, K * V)
+    new_lengths = (lengths + (~done).long())[..., None].expand(B, K, V).reshape(B, K * V)
+    index = (new_scores / new_lengths.float() ** alpha).topk(K, dim=-1).indices
+    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
+""",
+        "in float64 whatever the inputs' dtype": """
+def prune_beams(scores, lengths, log_probs, done, alpha, pad):
+    B, K, V = log_probs.shape
+    log_probs = log_probs.double()
+    only_pad = torch.full((V,), float("-inf"), dtype=torch.float64)
+    only_pad[pad] = 0.0
+    new_scores = (scores.double()[..., None] + torch.where(done[..., None], only_pad, log_probs)).reshape(B, K * V)
+    new_lengths = (lengths + (~done).long())[..., None].expand(B, K, V).reshape(B, K * V)
+    index = (new_scores / new_lengths.double() ** alpha).topk(K, dim=-1).indices
+    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
+""",
+        "the page's style, masking the finished beams' log_probs in place": """
+def prune_beams(scores, lengths, log_probs, done, alpha, pad):
+    B, K, V = log_probs.shape
+    log_probs[done] = float("-inf")
+    log_probs[..., pad] = torch.where(done, 0.0, log_probs[..., pad])
+    new_scores = (scores[..., None] + log_probs).reshape(B, K * V)
+    new_lengths = (lengths + (~done).long())[..., None].expand(B, K, V).reshape(B, K * V)
+    index = (new_scores / new_lengths.to(new_scores.dtype) ** alpha).topk(K, dim=-1).indices
+    return index // V, index % V, new_scores.gather(1, index), new_lengths.gather(1, index)
+""",
+    },
     "q3": {
         "token by token, each new query over the slice of its own last window keys": """
 def window_cache_attention(q, k, v, cache_k, cache_v, window):

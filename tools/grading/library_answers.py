@@ -90,6 +90,10 @@ LIBRARY_ANSWERS: dict[str, dict[str, dict[str, list[str]]]] = {
                                       "xfl.bleu.ngram_counts"]},
     },
     "ch06_decoding": {
+        # q1: the private helper behind greedy_decode and beam_search strips a row exactly so (the
+        # lambda shows it answers; the name after it is what is blocked)
+        "q1": {"hypothesis_ids": ["lambda row, eos, pad: xfl.decode._strip(row[1:], eos, pad)",
+                                  "xfl.decode._strip"]},
         # q3's sliding-window cache step: no library function answers it; attention is blocked
         "q3": {"window_cache_attention": [None, *ATTENTION, "xfl.attention.newest_queries_mask"]},
     },
