@@ -1,5 +1,5 @@
 """Comparing training variants over seeds: mean ± standard deviation, and a verdict from the
-numbers (chapters 2-7, 9 and 10; any chapter that trains variants from several seeds can use it).
+numbers (chapters 2-5, 7, 9 and 10; any chapter that trains variants from several seeds can use it).
 
     from xfl.seeds import mean_sd, verdict
     print(mean_sd(accuracies))                            # '0.525 ± 0.009'
